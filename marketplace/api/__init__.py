@@ -1,0 +1,1 @@
+"""HTTP handlers, one package per API version."""

@@ -1,0 +1,31 @@
+"""The `/api/v1` route table, in the contract's declaration order (first match wins)."""
+
+from __future__ import annotations
+
+from marketplace.api.v1 import authors, chat, gifts, licence, payments, resources, stats
+from marketplace.http.limits import api_limits, licence_limits, search_limits
+from marketplace.http.routing import ApiRoute
+
+PREFIX = "/api/v1"
+GROUP_LIMITS = (api_limits,)
+
+ROUTES = (
+    ApiRoute("POST", "/licence/{key}", "api.v1.licence.check", licence.check, (licence_limits,)),
+    ApiRoute("GET", "/resource/search", "api.v1.resources.search", resources.search, (search_limits,)),
+    ApiRoute("GET", "/resource/user", "api.v1.resources.user", resources.user_names),
+    ApiRoute("GET", "/resource/versions/{resource}", "api.v1.resources.versions", resources.versions),
+    ApiRoute(
+        "GET", "/resource/version/{resource}", "api.v1.resources.version.current", resources.current_version
+    ),
+    ApiRoute("GET", "/resource/{resource}", "api.v1.resources.show", resources.show),
+    ApiRoute("GET", "/author/{user}", "api.v1.authors.show", authors.show),
+    ApiRoute("GET", "/gift/{gift}", "api.v1.gifts.check", gifts.check),
+    ApiRoute("GET", "/payment/{payment}", "api.v1.payments.show", payments.show),
+    ApiRoute("GET", "/chat/authentication", "api.v1.chat.auth", chat.authentication),
+    ApiRoute("POST", "/chat", "api.v1.chat.store", chat.member_accesses),
+    ApiRoute("POST", "/chat/{user}", "api.v1.chat.user", chat.member),
+    ApiRoute("POST", "/chat/{user}/apply/{resource}", "api.v1.chat.grant", chat.grant),
+    ApiRoute("GET", "/chat/{serverId}", "api.v1.chat.server", chat.server),
+    ApiRoute("GET", "/stats/url/{resource}", "api.v1.stats.url", stats.page_url),
+    ApiRoute("GET", "/stats/{resource}/{chart}", "api.v1.stats.stats", stats.chart),
+)

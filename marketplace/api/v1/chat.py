@@ -1,0 +1,112 @@
+"""Chat-bot routes: sign-in redirect, a member's accesses, granting a resource, a chat server's card."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from starlette.responses import Response
+
+from marketplace.api.v1.resources import bound_resource, storage_url
+from marketplace.catalogue import members
+from marketplace.catalogue.access_grants import grant_access
+from marketplace.http.cache import cache_key, remember
+from marketplace.http.errors import ApiError, NotFound
+from marketplace.http.json import EncodedJsonAnswer, JsonAnswer, encode, timestamp
+from marketplace.http.routing import ApiCall
+from marketplace.models import Access
+from marketplace.upstream.chat_widget import fetch_chat_server
+
+CHAT_SERVER_TTL_SECONDS = 600
+
+
+def access_object(access: Access) -> dict[str, Any]:
+    return {
+        "id": access.id,
+        "user_id": access.user_id,
+        "plugin_id": access.resource_id,
+        "payment_id": access.payment_id,
+        "created_at": timestamp(access.created_at),
+        "updated_at": timestamp(access.updated_at),
+    }
+
+
+async def authentication(call: ApiCall) -> Response:
+    # `code` and `state` of the older callback are dropped: the website runs the sign-in flow now.
+    location = f"{call.services.settings.public_base_url}/auth/chat/redirect"
+    return Response(status_code=302, headers={"Location": location, "Cache-Control": "no-cache, private"})
+
+
+async def member_accesses(call: ApiCall) -> Response:
+    chat_id = (await call.input()).get("chat")
+    if not isinstance(chat_id, str):
+        raise ApiError(400, "Chat not found")
+    async with call.services.sessions() as session:
+        member = await members.member_by_chat_id(session, chat_id)
+        if member is None:
+            raise NotFound()
+        accesses = await members.active_accesses(session, member.id)
+    return JsonAnswer([access_object(access) for access in accesses])
+
+
+async def member(call: ApiCall) -> Response:
+    settings = call.services.settings
+    async with call.services.sessions() as session:
+        user = await members.member_by_chat_id(session, call.params["user"])
+        if user is None:
+            raise NotFound()
+        accesses = await members.active_accesses(session, user.id)
+    return JsonAnswer(
+        {
+            "user": {"name": user.name, "id": user.id, "avatar": storage_url(settings, user.avatar)},
+            "plugins": [access_object(access) for access in accesses],
+        }
+    )
+
+
+def secret_matches(sent: Any, configured: str | None) -> bool:
+    """Constant-time comparison; no configured secret refuses everything."""
+    if not configured or not isinstance(sent, str):
+        return False
+    return hmac.compare_digest(sent.encode("utf-8"), configured.encode("utf-8"))
+
+
+async def grant(call: ApiCall) -> Response:
+    services = call.services
+    async with services.sessions() as session:
+        resource = await bound_resource(session, call.params["resource"])
+        password = (await call.input()).get("custom_password")
+        if not secret_matches(password, services.settings.chat_grant_secret):
+            raise ApiError(403, "")
+        user = await members.member_by_chat_id(session, call.params["user"])
+        if user is None:
+            raise NotFound()
+        outcome = await grant_access(
+            session,
+            user_id=user.id,
+            resource_id=resource.id,
+            via=call.route.name,
+            ip_hash=services.hash_ip(call.client_ip),
+        )
+    return JsonAnswer({"message": outcome.value})
+
+
+async def server(call: ApiCall) -> Response:
+    server_id = call.params["serverId"]
+    if not (server_id.isascii() and server_id.isdigit()):
+        raise NotFound()
+    services = call.services
+
+    async def fetch() -> bytes | None:
+        found = await fetch_chat_server(
+            services.http,
+            services.settings.chat_api_url,
+            server_id,
+            services.settings.upstream_timeout_seconds,
+        )
+        return encode({"id": found.id, "name": found.name, "invite": found.invite}) if found else None
+
+    body = await remember(services.store, cache_key("chat-server", server_id), CHAT_SERVER_TTL_SECONDS, fetch)
+    if body is None:
+        raise NotFound()
+    return EncodedJsonAnswer(body)

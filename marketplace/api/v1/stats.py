@@ -1,0 +1,67 @@
+"""Statistics proxy: a resource's statistics page address and the newest value of one chart."""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from marketplace.api.v1.resources import bound_resource
+from marketplace.http.cache import cache_key, remember
+from marketplace.http.errors import NotFound
+from marketplace.http.json import TextAnswer
+from marketplace.http.routing import ApiCall
+from marketplace.upstream.stats import fetch_chart_value, fetch_stats_page_url
+
+STATS_URL_TTL_SECONDS = 21600
+CHART_VALUE_TTL_SECONDS = 900
+UNREADABLE_CHART = "0"
+
+
+async def _stats_id(call: ApiCall) -> str | None:
+    """The statistics id of the bound resource (404 when the resource is not visible)."""
+    async with call.services.sessions() as session:
+        resource = await bound_resource(session, call.params["resource"])
+    return resource.stats_id or None
+
+
+async def page_url(call: ApiCall) -> Response:
+    stats_id = await _stats_id(call)
+    if stats_id is None:
+        raise NotFound()
+    services = call.services
+    settings = services.settings
+
+    async def fetch() -> bytes | None:
+        url = await fetch_stats_page_url(
+            services.http,
+            settings.stats_api_url,
+            settings.stats_page_url,
+            stats_id,
+            settings.upstream_timeout_seconds,
+        )
+        return url.encode("utf-8") if url is not None else None
+
+    # Keyed by the statistics id: resources sharing one share the entry.
+    body = await remember(services.store, cache_key("stats-url", stats_id), STATS_URL_TTL_SECONDS, fetch)
+    if body is None:
+        raise NotFound()
+    return TextAnswer(body)
+
+
+async def chart(call: ApiCall) -> Response:
+    stats_id = await _stats_id(call)
+    if stats_id is None:
+        return TextAnswer(UNREADABLE_CHART)
+    services = call.services
+    settings = services.settings
+    chart_name = call.params["chart"]
+
+    async def fetch() -> bytes | None:
+        value = await fetch_chart_value(
+            services.http, settings.stats_api_url, stats_id, chart_name, settings.upstream_timeout_seconds
+        )
+        return str(value).encode("ascii") if value is not None else None
+
+    body = await remember(
+        services.store, cache_key("stats-chart", stats_id, chart_name), CHART_VALUE_TTL_SECONDS, fetch
+    )
+    return TextAnswer(body if body is not None else UNREADABLE_CHART)

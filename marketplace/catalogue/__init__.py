@@ -1,0 +1,1 @@
+"""Domain services: what the API reads and writes, independent of HTTP."""

@@ -1,0 +1,73 @@
+"""Granting a resource to a member by hand (the chat bot's grant endpoint).
+
+At most one access row exists per member and resource (a unique constraint). A grant creates the
+row, or reactivates a revoked one; an active one is left as it is. The grant writes before it
+reads anything (an insert that yields on conflict, then a conditional update), so concurrent
+grants of the same pair serialise on the row and exactly one of them reports a change.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from marketplace.db import dialect_insert
+from marketplace.models import Access, AccessSource, Activity, utcnow
+
+GRANTED_EVENT = "access.granted"
+
+
+class GrantOutcome(enum.Enum):
+    GRANTED = "ok"
+    ALREADY_OWNED = "ko"
+
+
+async def grant_access(
+    session: AsyncSession, *, user_id: int, resource_id: int, via: str, ip_hash: str
+) -> GrantOutcome:
+    """Give the member an active manual access to the resource, logging each grant that changes anything."""
+    now = utcnow()
+    insert = dialect_insert(session.get_bind().dialect.name)
+    created = await session.execute(
+        insert(Access)
+        .values(
+            user_id=user_id,
+            resource_id=resource_id,
+            payment_id=None,
+            source=AccessSource.MANUAL.value,
+            revoked=False,
+            created_at=now,
+            updated_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["user_id", "resource_id"])
+        .returning(Access.id)
+    )
+    access_id = created.scalar_one_or_none()
+    if access_id is None:
+        # A reactivated access is a manual grant: not a sale, whatever it was before.
+        reactivated = await session.execute(
+            update(Access)
+            .where(Access.user_id == user_id, Access.resource_id == resource_id, Access.revoked.is_(True))
+            .values(revoked=False, source=AccessSource.MANUAL.value, payment_id=None, updated_at=now)
+            .returning(Access.id)
+        )
+        access_id = reactivated.scalar_one_or_none()
+    if access_id is None:
+        await session.rollback()
+        return GrantOutcome.ALREADY_OWNED
+    session.add(
+        Activity(
+            event=GRANTED_EVENT,
+            user_id=user_id,
+            resource_id=resource_id,
+            access_id=access_id,
+            via=via,
+            ip_hash=ip_hash,
+            properties={"via": via, "source": AccessSource.MANUAL.value},
+            created_at=now,
+        )
+    )
+    await session.commit()
+    return GrantOutcome.GRANTED

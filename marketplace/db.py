@@ -1,0 +1,88 @@
+"""Database URLs, the async engine and the session factory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from marketplace.config import Settings
+
+_ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+}
+_SYNC_DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg2", "postgres": "postgresql+psycopg2"}
+
+
+class DatabaseUrlError(ValueError):
+    """The configured database URL names no database the service can run on."""
+
+
+def async_url(raw: str) -> URL:
+    """The URL with the async driver the service uses; plain `sqlite:///` and `postgresql://` are accepted."""
+    url = _parse(raw)
+    backend = url.get_backend_name()
+    if backend not in _ASYNC_DRIVERS:
+        raise DatabaseUrlError(f"unsupported database {backend!r}: use sqlite or postgresql")
+    if "+" in url.drivername and url.get_driver_name() in ("aiosqlite", "asyncpg"):
+        return url
+    return url.set(drivername=_ASYNC_DRIVERS[backend])
+
+
+def _parse(raw: str) -> URL:
+    try:
+        return make_url(raw)
+    except Exception as error:  # SQLAlchemy raises ArgumentError, and ValueError on bad ports
+        raise DatabaseUrlError(f"invalid database URL {raw!r}: {error}") from None
+
+
+def create_engine(settings: Settings) -> AsyncEngine:
+    url = async_url(settings.database_url)
+    options: dict[str, Any] = {}
+    if url.get_backend_name() == "sqlite":
+        # Writers wait for each other instead of failing at once with "database is locked".
+        options["connect_args"] = {"timeout": 30}
+    else:
+        options.update(
+            pool_size=settings.db_pool_size,
+            max_overflow=settings.db_max_overflow,
+            pool_pre_ping=True,
+            pool_recycle=1800,
+        )
+    engine = create_async_engine(url, **options)
+    if url.get_backend_name() == "sqlite":
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def dialect_insert(session_or_dialect_name: str) -> Any:
+    """The `insert` construct with ON CONFLICT support of the named dialect (sqlite or postgresql)."""
+    if session_or_dialect_name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert
+
+
+def sync_url(raw: str) -> URL:
+    """The URL with a synchronous driver, for tools that need one (Alembic's command line)."""
+    url = async_url(raw)
+    return url.set(drivername=_SYNC_DRIVERS[url.get_backend_name()])

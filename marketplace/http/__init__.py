@@ -1,0 +1,1 @@
+"""The contract's cross-cutting HTTP behaviour, each rule in one module."""

@@ -1,0 +1,74 @@
+"""PHP-compatible JSON bytes and the JSON and plain-text answers built from them.
+
+Deployed clients were written against PHP's `json_encode` defaults: `/` escaped as `\\/`, every
+non-ASCII character as a lower-case `\\uXXXX` escape (surrogate pairs above U+FFFF), compact
+separators. Floats print in their shortest round-trip form, and an integral amount prints as an
+integer, which `json_number` arranges before encoding.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from starlette.responses import Response
+
+JSON_MEDIA_TYPE = "application/json"
+TEXT_MEDIA_TYPE = "text/plain; charset=UTF-8"
+
+
+def encode(value: Any) -> bytes:
+    """The bytes PHP's `json_encode` gives for `value`."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).replace("/", "\\/").encode("ascii")
+
+
+def json_number(value: Decimal | float | int) -> int | float:
+    """An amount as PHP prints it: an integer when it has no fractional part, else a float."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return int(value) if value.is_integer() else value
+
+
+def timestamp(value: datetime | None) -> str | None:
+    """`YYYY-MM-DDTHH:MM:SS.ffffffZ` of a naive UTC value (or an aware one, converted)."""
+    if value is None:
+        return None
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class JsonAnswer(Response):
+    """A JSON answer, `Content-Type: application/json` with no charset."""
+
+    media_type = JSON_MEDIA_TYPE
+
+    def __init__(
+        self, content: Any, status_code: int = 200, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(encode(content), status_code=status_code, headers=headers)
+
+
+class EncodedJsonAnswer(Response):
+    """A JSON answer whose bytes were already encoded (a cached answer)."""
+
+    media_type = JSON_MEDIA_TYPE
+
+
+class TextAnswer(Response):
+    """A bare plain-text answer: no quotes, no trailing newline."""
+
+    media_type = TEXT_MEDIA_TYPE
+
+
+def error_body(message: str, errors: Mapping[str, list[str]] | None = None) -> bytes:
+    """The error object: `message`, then `errors` for validation failures."""
+    body: dict[str, Any] = {"message": message}
+    if errors is not None:
+        body["errors"] = dict(errors)
+    return encode(body)

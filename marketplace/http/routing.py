@@ -1,0 +1,160 @@
+"""First-match routing of `/api/v1` in declaration order, 404/405 detection and the limiter stack.
+
+A request matches the first declared route whose path pattern and method both match (GET routes
+also answer HEAD). When a path matches only under other methods, the answer is 405 listing every
+method the path allows; when nothing matches, 404. Neither passes a limiter. A matched request is
+counted by the group limiter, then by the route's own, before any parameter is resolved.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from marketplace.http.client_ip import client_ip
+from marketplace.http.errors import ApiError
+from marketplace.http.input import RequestInput, read_input, read_query
+from marketplace.http.json import JsonAnswer, error_body
+from marketplace.http.limits import LimitRule, TooManyRequests, enforce, limit_headers
+
+if TYPE_CHECKING:
+    from marketplace.services import Services
+
+# The order in which a 405 lists allowed methods.
+METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+_PARAMETER = re.compile(r"\{(\w+)\}")
+
+
+class ApiCall:
+    """What a handler receives: the request, its raw path parameters and the app's services."""
+
+    __slots__ = ("_input", "client_ip", "params", "request", "route", "services")
+
+    def __init__(
+        self, request: Request, params: dict[str, str], route: ApiRoute, services: Services, ip: str
+    ) -> None:
+        self.request = request
+        self.params = params
+        self.route = route
+        self.services = services
+        self.client_ip = ip
+        self._input: RequestInput | None = None
+
+    def query(self) -> RequestInput:
+        """The cleaned query string (for GET routes that read no body)."""
+        if self._input is None:
+            self._input = read_query(self.request)
+        return self._input
+
+    async def input(self) -> RequestInput:
+        """The cleaned query and body, the body winning."""
+        if self._input is None:
+            self._input = await read_input(self.request)
+        return self._input
+
+
+Endpoint = Callable[[ApiCall], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    method: str
+    path: str
+    name: str
+    endpoint: Endpoint
+    limits: tuple[LimitRule, ...] = ()
+    pattern: re.Pattern[str] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        pieces = _PARAMETER.split(self.path)
+        # split() alternates literal text and parameter names: text, name, text, name, ..., text
+        regex = "".join(
+            re.escape(piece) if i % 2 == 0 else f"(?P<{piece}>[^/]+)" for i, piece in enumerate(pieces)
+        )
+        object.__setattr__(self, "pattern", re.compile(regex))
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return ("GET", "HEAD") if self.method == "GET" else (self.method,)
+
+
+def not_found_answer(headers: dict[str, str] | None = None) -> Response:
+    return JsonAnswer({"message": "Not found."}, status_code=404, headers=headers)
+
+
+class ApiRouter:
+    """The ASGI app of one route group (`/api/v1`)."""
+
+    def __init__(
+        self,
+        prefix: str,
+        routes: Sequence[ApiRoute],
+        group_limits: Sequence[LimitRule],
+        services: Services,
+    ) -> None:
+        self.prefix = prefix
+        self.routes = tuple(routes)
+        self.group_limits = tuple(group_limits)
+        self.services = services
+
+    def match(self, method: str, path: str) -> tuple[ApiRoute, dict[str, str]] | list[str]:
+        """The first route for `method` and `path`, or the methods the path allows (maybe none)."""
+        relative = path[len(self.prefix) :].rstrip("/")
+        allowed: set[str] = set()
+        for route in self.routes:
+            found = route.pattern.fullmatch(relative)
+            if found is None:
+                continue
+            if method in route.methods:
+                return route, found.groupdict()
+            allowed.update(route.methods)
+        return [m for m in METHOD_ORDER if m in allowed]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        matched = self.match(method, path)
+        if isinstance(matched, list):
+            response = self._unmatched(method, path, matched)
+        else:
+            route, params = matched
+            response = await self._dispatch(scope, receive, route, params)
+        await response(scope, receive, send)
+
+    def _unmatched(self, method: str, path: str, allowed: list[str]) -> Response:
+        if not allowed:
+            return not_found_answer()
+        listed = ", ".join(allowed)
+        message = (
+            f"The {method} method is not supported for route {path.strip('/')}. Supported methods: {listed}."
+        )
+        return JsonAnswer({"message": message}, status_code=405, headers={"Allow": listed})
+
+    async def _dispatch(
+        self, scope: Scope, receive: Receive, route: ApiRoute, params: dict[str, str]
+    ) -> Response:
+        ip = client_ip(scope)
+        limits = [limit for rule in (*self.group_limits, *route.limits) for limit in rule(ip, params)]
+        try:
+            counted = await enforce(self.services.store, limits)
+        except TooManyRequests as refused:
+            return JsonAnswer({"message": "Too many requests."}, status_code=429, headers=refused.headers)
+        headers = limit_headers(counted)
+        request = Request(scope, receive)
+        try:
+            response = await route.endpoint(ApiCall(request, params, route, self.services, ip))
+        except ApiError as error:
+            response = Response(
+                error_body(error.message, error.errors),
+                status_code=error.status_code,
+                media_type="application/json",
+            )
+        response.headers.update(headers)
+        return response

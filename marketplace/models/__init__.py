@@ -1,0 +1,32 @@
+"""The relational schema: one module per table."""
+
+from marketplace.models.access import Access, AccessSource
+from marketplace.models.activity import Activity
+from marketplace.models.base import Base, utcnow
+from marketplace.models.category import Category
+from marketplace.models.chat_account import ChatAccount
+from marketplace.models.gift import Gift
+from marketplace.models.payment import Payment, PaymentStatus
+from marketplace.models.resource import PUBLIC_STATUSES, Resource, ResourceStatus
+from marketplace.models.review import Review
+from marketplace.models.user import User
+from marketplace.models.version import Version
+
+__all__ = [
+    "PUBLIC_STATUSES",
+    "Access",
+    "AccessSource",
+    "Activity",
+    "Base",
+    "Category",
+    "ChatAccount",
+    "Gift",
+    "Payment",
+    "PaymentStatus",
+    "Resource",
+    "ResourceStatus",
+    "Review",
+    "User",
+    "Version",
+    "utcnow",
+]

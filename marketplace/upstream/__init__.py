@@ -1,0 +1,1 @@
+"""Clients of the upstream services: the chat platform's server widget and the statistics service."""
