@@ -1,0 +1,112 @@
+"""Shared fixtures: a migrated database per test, the app on it, and a local upstream server."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from marketplace.app import build_app
+from marketplace.config import Settings
+from marketplace.db import create_engine
+from marketplace.fixtures.loader import load_document
+from marketplace.migrations.runner import upgrade_to_head
+from marketplace.services import Services, build_services
+from tests.catalogue import catalogue
+from tests.upstream import FakeUpstream
+
+GRANT_SECRET = "correct horse battery staple"
+
+
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated, empty SQLite database, copied for each test (migrating once is faster)."""
+    import asyncio
+
+    path = tmp_path_factory.mktemp("template") / "template.db"
+
+    async def migrate() -> None:
+        engine = create_engine(Settings(database_url=f"sqlite:///{path}"))
+        await upgrade_to_head(engine)
+        await engine.dispose()
+
+    asyncio.run(migrate())
+    return path
+
+
+@pytest.fixture
+def database_url(tmp_path: Path, migrated_template: Path) -> str:
+    target = tmp_path / "marketplace.db"
+    shutil.copyfile(migrated_template, target)
+    return f"sqlite:///{target}"
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeUpstream]:
+    server = FakeUpstream()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def settings(database_url: str, upstream: FakeUpstream, tmp_path: Path) -> Settings:
+    return Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        database_url=database_url,
+        base_url="http://marketplace.test",
+        chat_api_url=f"{upstream.url}/chat-api",
+        stats_api_url=f"{upstream.url}/stats-api",
+        stats_page_url="https://stats.example/plugin",
+        storage_dir=str(tmp_path / "storage"),
+        chat_grant_secret=GRANT_SECRET,
+        app_key="test-key",
+        upstream_timeout_seconds=5.0,
+    )
+
+
+@pytest.fixture
+async def services(settings: Settings) -> AsyncIterator[Services]:
+    built = build_services(settings)
+    yield built
+    await built.close()
+
+
+@pytest.fixture
+def engine(services: Services) -> AsyncEngine:
+    return services.engine
+
+
+Loader = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@pytest.fixture
+def load(engine: AsyncEngine) -> Loader:
+    async def load_fixture(document: dict[str, Any]) -> None:
+        await load_document(engine, document)
+
+    return load_fixture
+
+
+@pytest.fixture
+async def client(services: Services, load: Loader) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app on the standard test catalogue."""
+    await load(catalogue())
+    async with make_client(services) as http:
+        yield http
+
+
+@pytest.fixture
+async def empty_client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app on an empty (migrated) database."""
+    async with make_client(services) as http:
+        yield http
+
+
+def make_client(services: Services, client_ip: str = "127.0.0.1") -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=build_app(services=services), client=(client_ip, 50000))
+    return httpx.AsyncClient(transport=transport, base_url="http://marketplace.test")
