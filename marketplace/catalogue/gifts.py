@@ -7,11 +7,14 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from marketplace.catalogue.members import storable
 from marketplace.models import Gift
 
 
 async def gift_by_code(session: AsyncSession, code: str) -> Gift | None:
     """The gift whose code equals `code`, ignoring case."""
+    if not storable(code):
+        return None
     result = await session.execute(select(Gift).where(func.lower(Gift.code) == code.lower()))
     return result.scalars().first()
 

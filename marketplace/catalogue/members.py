@@ -10,11 +10,19 @@ from marketplace.models import Access, ChatAccount, User
 NAME_LOOKUP_LIMIT = 10
 
 
+def storable(text: str) -> bool:
+    """Whether a caller's text can name a stored value: no database stores a NUL character (PostgreSQL
+    refuses one in a query parameter), so text holding one matches nothing."""
+    return "\x00" not in text
+
+
 async def names_starting_with(session: AsyncSession, prefix: str) -> list[str]:
     """At most ten names of not-deleted users starting with `prefix`, sorted by name.
 
     The prefix keeps `%` and `_` as patterns; case is ignored.
     """
+    if not storable(prefix):
+        return []
     result = await session.execute(
         select(User.name)
         .where(User.deleted_at.is_(None), func.lower(User.name).like(func.lower(prefix + "%")))
@@ -42,6 +50,8 @@ async def linked_chat_id(session: AsyncSession, user_id: int) -> str | None:
 
 async def member_by_chat_id(session: AsyncSession, chat_id: str) -> User | None:
     """The member who linked this chat account; None when nobody did or the account is closed or deleted."""
+    if not storable(chat_id):
+        return None
     result = await session.execute(
         select(User)
         .join(ChatAccount, ChatAccount.user_id == User.id)

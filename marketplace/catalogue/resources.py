@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
 from sqlalchemy import ColumnElement, Row, Select, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
+from marketplace.catalogue.members import storable
 from marketplace.models import (
     PUBLIC_STATUSES,
     Access,
@@ -109,6 +109,8 @@ async def search_published(session: AsyncSession, *, q: str | None, page: int, p
     `%` and `_` in `q` keep their pattern meaning, and the match ignores case.
     """
     conditions = [_listed()]
+    if q is not None and not storable(q):
+        return SearchPage(rows=[], total=0)
     if q is not None:
         pattern = f"%{q}%"
         conditions.append(or_(Resource.name.ilike(pattern), Resource.tag.ilike(pattern)))
