@@ -9,6 +9,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from marketplace.api.v1 import GROUP_LIMITS, PREFIX, ROUTES
 from marketplace.config import Settings
+from marketplace.health import HealthCheck
 from marketplace.http.envelope import ApiEnvelope
 from marketplace.http.json import JsonAnswer
 from marketplace.http.routing import ApiRouter, not_found_answer
@@ -29,6 +30,7 @@ class MarketplaceApp:
         self.services = services
         self.api_v1 = ApiRouter(PREFIX, ROUTES, GROUP_LIMITS, services)
         self.storage = StorageFiles(services.settings.storage_dir)
+        self.health = HealthCheck(services)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -45,6 +47,8 @@ class MarketplaceApp:
             await not_found_answer()(scope, receive, send)
         elif path.startswith(STORAGE_PREFIX):
             await self.storage(scope, receive, send)
+        elif path == "/up":
+            await self.health(scope, receive, send)
         else:
             await not_found_answer()(scope, receive, send)
 

@@ -14,6 +14,8 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///./marketplace.db"
     redis_url: str | None = None
+    # Prefix of every Redis key, so that several services (or test runs) can share one Redis.
+    redis_prefix: str = "marketplace:"
     base_url: str = "http://127.0.0.1:8000"
     chat_api_url: str = "https://discord.com/api"
     stats_api_url: str = "https://bstats.org/api/v1/plugins"

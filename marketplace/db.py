@@ -15,7 +15,6 @@ _ASYNC_DRIVERS = {
     "postgresql": "postgresql+asyncpg",
     "postgres": "postgresql+asyncpg",
 }
-_SYNC_DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg2", "postgres": "postgresql+psycopg2"}
 
 
 class DatabaseUrlError(ValueError):
@@ -81,8 +80,3 @@ def dialect_insert(session_or_dialect_name: str) -> Any:
 
     return sqlite_insert
 
-
-def sync_url(raw: str) -> URL:
-    """The URL with a synchronous driver, for tools that need one (Alembic's command line)."""
-    url = async_url(raw)
-    return url.set(drivername=_SYNC_DRIVERS[url.get_backend_name()])

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from marketplace.config import Settings
 from marketplace.db import create_engine, session_factory
-from marketplace.http.stores import MemoryStore, Store
+from marketplace.http.stores import MemoryStore, RedisStore, Store
 
 logger = logging.getLogger("marketplace")
 
@@ -38,6 +38,8 @@ class Services:
 
 
 def build_store(settings: Settings) -> Store:
+    if settings.redis_url:
+        return RedisStore(settings.redis_url, prefix=settings.redis_prefix)
     return MemoryStore()
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.app import build_app
@@ -18,6 +19,7 @@ from marketplace.fixtures.loader import load_document
 from marketplace.migrations.runner import upgrade_to_head
 from marketplace.services import Services, build_services
 from tests.catalogue import catalogue
+from tests.profiles import POSTGRES_ADMIN_URL, REDIS_URL, postgres_admin, require_service, unique_name
 from tests.upstream import FakeUpstream
 
 GRANT_SECRET = "correct horse battery staple"
@@ -39,11 +41,52 @@ def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """A migrated PostgreSQL database that each test's database is created from."""
+    import asyncio
+
+    require_service("PostgreSQL", "127.0.0.1", 5432)
+    name = unique_name("mp_template")
+    postgres_admin(f'CREATE DATABASE "{name}"')
+    url = make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+    async def migrate() -> None:
+        engine = create_engine(Settings(database_url=url))
+        await upgrade_to_head(engine)
+        await engine.dispose()
+
+    asyncio.run(migrate())
+    yield name
+    postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def profile(request: pytest.FixtureRequest) -> str:
+    """Which profile the test runs on: SQLite + in-process store, or PostgreSQL + Redis."""
+    if request.param == "postgresql":
+        require_service("PostgreSQL", "127.0.0.1", 5432)
+        require_service("Redis", "127.0.0.1", 6379)
+    return str(request.param)
+
+
 @pytest.fixture
-def database_url(tmp_path: Path, migrated_template: Path) -> str:
-    target = tmp_path / "marketplace.db"
-    shutil.copyfile(migrated_template, target)
-    return f"sqlite:///{target}"
+def database_url(request: pytest.FixtureRequest, profile: str, tmp_path: Path) -> Iterator[str]:
+    if profile == "sqlite":
+        target = tmp_path / "marketplace.db"
+        shutil.copyfile(request.getfixturevalue("migrated_template"), target)
+        yield f"sqlite:///{target}"
+        return
+    template = request.getfixturevalue("postgres_template")
+    name = unique_name("mp_test")
+    postgres_admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def redis_url(profile: str) -> str | None:
+    return REDIS_URL if profile == "postgresql" else None
 
 
 @pytest.fixture
@@ -54,10 +97,12 @@ def upstream() -> Iterator[FakeUpstream]:
 
 
 @pytest.fixture
-def settings(database_url: str, upstream: FakeUpstream, tmp_path: Path) -> Settings:
+def settings(database_url: str, redis_url: str | None, upstream: FakeUpstream, tmp_path: Path) -> Settings:
     return Settings(
         _env_file=None,  # type: ignore[call-arg]
         database_url=database_url,
+        redis_url=redis_url,
+        redis_prefix=unique_name("mp_test") + ":",
         base_url="http://marketplace.test",
         chat_api_url=f"{upstream.url}/chat-api",
         stats_api_url=f"{upstream.url}/stats-api",

@@ -1,10 +1,10 @@
-"""Alembic environment: runs migrations on a synchronous connection handed over by the caller,
-or on the configured database URL (with its sync driver) when run through the `alembic` tool."""
+"""Alembic environment: runs migrations on the connection handed over by `marketplace migrate`, or,
+through the `alembic` tool, on the configured database with the service's own async engine."""
 
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import Connection, create_engine
+from sqlalchemy import Connection
 
 from marketplace.models import Base
 
@@ -28,12 +28,18 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    from marketplace.config import Settings
-    from marketplace.db import sync_url
+    import asyncio
 
-    engine = create_engine(sync_url(Settings().database_url))
-    with engine.begin() as connection:
-        _run(connection)
+    from marketplace.config import Settings
+    from marketplace.db import create_engine
+
+    async def run() -> None:
+        engine = create_engine(Settings())
+        async with engine.begin() as connection:
+            await connection.run_sync(_run)
+        await engine.dispose()
+
+    asyncio.run(run())
 
 
 run_migrations_online()

@@ -1,0 +1,61 @@
+"""The two profiles the contract tests run on: SQLite + in-process store, PostgreSQL + Redis.
+
+PostgreSQL and Redis are the machine's (loopback, default ports). Each test gets a database of
+its own, copied from a migrated template, and a Redis key prefix of its own. Without those
+services the PostgreSQL profile is skipped with the reason, unless MARKETPLACE_REQUIRE_SERVICES=1
+(as in CI), where their absence fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+import pytest
+
+POSTGRES_ADMIN_URL = os.environ.get("MARKETPLACE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("MARKETPLACE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+MARIADB_URL = os.environ.get("MARKETPLACE_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+
+
+def services_required() -> bool:
+    return os.environ.get("MARKETPLACE_REQUIRE_SERVICES") == "1"
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, host: str, port: int) -> None:
+    """Skip (or, where services are required, fail) unless the service listens."""
+    if _listening(host, port):
+        return
+    message = f"{name} is not running on {host}:{port}"
+    if services_required():
+        pytest.fail(f"{message} (MARKETPLACE_REQUIRE_SERVICES=1)")
+    pytest.skip(message)
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+
+
+def postgres_admin(statement: str) -> None:
+    """Run one statement outside a transaction (CREATE/DROP DATABASE) on the admin database."""
+    import asyncio
+
+    import asyncpg
+
+    async def run() -> None:
+        connection = await asyncpg.connect(POSTGRES_ADMIN_URL)
+        try:
+            await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    asyncio.run(run())
