@@ -14,7 +14,9 @@ import uuid
 
 import pytest
 
-POSTGRES_ADMIN_URL = os.environ.get("MARKETPLACE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+POSTGRES_ADMIN_URL = os.environ.get(
+    "MARKETPLACE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
 REDIS_URL = os.environ.get("MARKETPLACE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 MARIADB_URL = os.environ.get("MARKETPLACE_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
 
