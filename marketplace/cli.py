@@ -29,7 +29,7 @@ def _run(action: Callable[[Settings], Coroutine[Any, Any, T]]) -> T:
     try:
         settings = Settings()
         return asyncio.run(action(settings))
-    except (DatabaseUrlError, FixtureError, SchemaMissing) as error:
+    except (DatabaseUrlError, FixtureError, SchemaMissing, ImportFailed) as error:
         _fail(str(error))
     except OSError as error:
         _fail(f"cannot reach the database: {error}")
@@ -157,6 +157,53 @@ def serve(host: str, port: int, workers: int, access_log: bool) -> None:
         timeout_graceful_shutdown=30,
         log_level="info",
     )
+
+
+@main.command("import-earlier", help="Import an earlier-platform database (MariaDB/MySQL or SQLite URL).")
+@click.option(
+    "--from", "source", required=True, metavar="URL", help="SQLAlchemy URL of the earlier database."
+)
+@click.option(
+    "--table",
+    "tables",
+    multiple=True,
+    metavar="NAME=ACTUAL",
+    help="Read an earlier table under another name.",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would be written; write nothing.")
+def import_earlier(source: str, tables: tuple[str, ...], dry_run: bool) -> None:
+    from marketplace.importer.run import EarlierImport
+    from marketplace.importer.source import EarlierDatabase, SourceError, parse_table_overrides
+
+    interactive = sys.stderr.isatty()
+
+    def progress(table: str, done: int, total: int) -> None:
+        line = f"{table}: {done}/{total} rows"
+        if interactive:
+            click.echo(f"\r{line}", err=True, nl=done >= total)
+        elif done == 0 or done >= total or done % 50000 == 0:
+            click.echo(line, err=True)
+
+    async def action(settings: Settings) -> list[str]:
+        await _require_schema(settings)
+        try:
+            earlier = EarlierDatabase(source, parse_table_overrides(tables))
+        except SourceError as error:
+            raise ImportFailed(str(error)) from None
+        engine = create_engine(settings)
+        try:
+            report = await EarlierImport(earlier, progress).run(engine, dry_run=dry_run)
+        finally:
+            await engine.dispose()
+            earlier.close()
+        return report.lines()
+
+    for line in _run(action):
+        click.echo(line)
+
+
+class ImportFailed(RuntimeError):
+    pass
 
 
 if __name__ == "__main__":

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from marketplace.config import Settings
 
@@ -80,3 +87,15 @@ def dialect_insert(session_or_dialect_name: str) -> Any:
 
     return sqlite_insert
 
+
+async def advance_id_sequences(connection: AsyncConnection, tables: Iterable[str]) -> None:
+    """Move PostgreSQL id sequences past the ids written explicitly (SQLite uses max(id) + 1 by itself)."""
+    if connection.dialect.name != "postgresql":
+        return
+    for table in tables:
+        await connection.execute(
+            text(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                f"COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)"
+            )
+        )

@@ -1,0 +1,1 @@
+"""Import of an earlier-platform database (`marketplace import-earlier`)."""
