@@ -271,7 +271,8 @@ class EarlierImport:
                 Resource.id == bindparam("resource_id"),
                 Resource.current_version_id.is_distinct_from(bindparam("version_id")),
             )
-            .values(current_version_id=bindparam("version_id"))
+            # Setting the pointer is part of importing the row, not an edit: updated_at stays.
+            .values(current_version_id=bindparam("version_id"), updated_at=Resource.updated_at)
             .execution_options(synchronize_session=False),
             rows,
         )
