@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Table, bindparam, or_, update
+from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from marketplace.db import advance_id_sequences, dialect_insert
@@ -258,22 +258,23 @@ class EarlierImport:
         return downloads, owner
 
     async def _set_current_versions(self, connection: AsyncConnection) -> None:
+        """Point each resource at its earlier current version, where that version was imported."""
+        current = dict(
+            (await connection.execute(select(Resource.id, Resource.current_version_id))).tuples().all()
+        )
         rows = [
             {"resource_id": resource_id, "version_id": version_id}
             for resource_id, version_id in self.pointers.items()
-            if version_id in self.versions
+            if version_id in self.versions and current.get(resource_id) != version_id
         ]
+        self.report.current_versions_set = len(rows)
         if not rows:
             return
-        result = await connection.execute(
+        await connection.execute(
             update(Resource)
-            .where(
-                Resource.id == bindparam("resource_id"),
-                Resource.current_version_id.is_distinct_from(bindparam("version_id")),
-            )
+            .where(Resource.id == bindparam("resource_id"))
             # Setting the pointer is part of importing the row, not an edit: updated_at stays.
             .values(current_version_id=bindparam("version_id"), updated_at=Resource.updated_at)
             .execution_options(synchronize_session=False),
             rows,
         )
-        self.report.current_versions_set = max(0, result.rowcount or 0)
