@@ -259,9 +259,8 @@ class EarlierImport:
 
     async def _set_current_versions(self, connection: AsyncConnection) -> None:
         """Point each resource at its earlier current version, where that version was imported."""
-        current = dict(
-            (await connection.execute(select(Resource.id, Resource.current_version_id))).tuples().all()
-        )
+        result = await connection.execute(select(Resource.id, Resource.current_version_id))
+        current = {resource_id: version_id for resource_id, version_id in result}
         rows = [
             {"resource_id": resource_id, "version_id": version_id}
             for resource_id, version_id in self.pointers.items()
