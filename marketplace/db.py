@@ -56,7 +56,9 @@ def create_engine(settings: Settings) -> AsyncEngine:
         options.update(
             pool_size=settings.db_pool_size,
             max_overflow=settings.db_max_overflow,
-            pool_pre_ping=True,
+            # No ping per checkout (a round trip per request): a connection found dead fails the
+            # request in flight and invalidates the whole pool, so the next requests reconnect.
+            pool_pre_ping=False,
             pool_recycle=1800,
         )
     engine = create_async_engine(url, **options)

@@ -22,7 +22,10 @@ logger = logging.getLogger("marketplace")
 class Services:
     settings: Settings
     engine: AsyncEngine
+    # Reads run without a transaction (autocommit): no BEGIN/ROLLBACK round trips per request.
     sessions: async_sessionmaker[AsyncSession]
+    # Writes (the grant) run in a transaction.
+    write_sessions: async_sessionmaker[AsyncSession]
     store: Store
     http: httpx.AsyncClient
     app_key: bytes
@@ -53,7 +56,8 @@ def build_services(settings: Settings) -> Services:
     return Services(
         settings=settings,
         engine=engine,
-        sessions=session_factory(engine),
+        sessions=session_factory(engine.execution_options(isolation_level="AUTOCOMMIT")),
+        write_sessions=session_factory(engine),
         store=build_store(settings),
         # Each call's total time is bounded by asyncio.timeout in the upstream clients; this one
         # bounds each phase so that a stalled connect never outlives that.

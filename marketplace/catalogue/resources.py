@@ -32,12 +32,10 @@ def parse_id(segment: str) -> int | None:
     return value if 0 < value <= MAX_ID else None
 
 
-def _visible() -> ColumnElement[bool]:
-    return and_(Resource.status.in_(PUBLIC_STATUSES), Resource.deleted_at.is_(None))
-
-
-def _listed() -> ColumnElement[bool]:
-    return and_(Resource.status == ResourceStatus.PUBLISHED.value, Resource.deleted_at.is_(None))
+# Visible to anonymous callers: resolvable by id.
+_VISIBLE: ColumnElement[bool] = and_(Resource.status.in_(PUBLIC_STATUSES), Resource.deleted_at.is_(None))
+# Listed by search.
+_LISTED: ColumnElement[bool] = and_(Resource.status == ResourceStatus.PUBLISHED.value, Resource.deleted_at.is_(None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +78,10 @@ def _view_query() -> Select[Resource, Version, int, Decimal | None, int]:
     )
 
 
+# Built once: constructing this statement costs more than running it.
+_VIEW_QUERY = _view_query()
+
+
 def _as_view(row: Row[Resource, Version, int, Decimal | None, int]) -> ResourceView:
     resource, version, purchases, rating_avg, reviews_count = row
     return ResourceView(resource, version, int(purchases or 0), rating_avg, int(reviews_count or 0))
@@ -87,12 +89,12 @@ def _as_view(row: Row[Resource, Version, int, Decimal | None, int]) -> ResourceV
 
 async def visible_resource(session: AsyncSession, resource_id: int) -> Resource | None:
     """The resource if an anonymous caller may see it (Published or Unlisted, not deleted)."""
-    result = await session.execute(select(Resource).where(Resource.id == resource_id, _visible()))
+    result = await session.execute(select(Resource).where(Resource.id == resource_id, _VISIBLE))
     return result.scalar_one_or_none()
 
 
 async def visible_resource_view(session: AsyncSession, resource_id: int) -> ResourceView | None:
-    result = await session.execute(_view_query().where(Resource.id == resource_id, _visible()))
+    result = await session.execute(_VIEW_QUERY.where(Resource.id == resource_id, _VISIBLE))
     row = result.one_or_none()
     return _as_view(row) if row is not None else None
 
@@ -108,7 +110,7 @@ async def search_published(session: AsyncSession, *, q: str | None, page: int, p
 
     `%` and `_` in `q` keep their pattern meaning, and the match ignores case.
     """
-    conditions = [_listed()]
+    conditions = [_LISTED]
     if q is not None and not storable(q):
         return SearchPage(rows=[], total=0)
     if q is not None:
@@ -119,7 +121,7 @@ async def search_published(session: AsyncSession, *, q: str | None, page: int, p
     offset = (page - 1) * per_page
     if total > offset:
         result = await session.execute(
-            _view_query().where(*conditions).order_by(Resource.id).limit(per_page).offset(offset)
+            _VIEW_QUERY.where(*conditions).order_by(Resource.id).limit(per_page).offset(offset)
         )
         rows = [_as_view(row) for row in result]
     return SearchPage(rows=rows, total=int(total))

@@ -73,7 +73,7 @@ def secret_matches(sent: Any, configured: str | None) -> bool:
 
 async def grant(call: ApiCall) -> Response:
     services = call.services
-    async with services.sessions() as session:
+    async with services.write_sessions() as session:
         resource = await bound_resource(session, call.params["resource"])
         password = (await call.input()).get("custom_password")
         if not secret_matches(password, services.settings.chat_grant_secret):
