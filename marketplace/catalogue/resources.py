@@ -35,7 +35,9 @@ def parse_id(segment: str) -> int | None:
 # Visible to anonymous callers: resolvable by id.
 _VISIBLE: ColumnElement[bool] = and_(Resource.status.in_(PUBLIC_STATUSES), Resource.deleted_at.is_(None))
 # Listed by search.
-_LISTED: ColumnElement[bool] = and_(Resource.status == ResourceStatus.PUBLISHED.value, Resource.deleted_at.is_(None))
+_LISTED: ColumnElement[bool] = and_(
+    Resource.status == ResourceStatus.PUBLISHED.value, Resource.deleted_at.is_(None)
+)
 
 
 @dataclass(frozen=True, slots=True)
