@@ -98,13 +98,13 @@ class RequestInput:
 
 
 def read_query(request: Request) -> RequestInput:
-    query = request.scope.get("query_string", b"").decode("latin-1")
+    query = request.scope.get("query_string", b"").decode("utf-8", errors="replace")
     return RequestInput(clean(_as_lists(parse_query(query))))
 
 
 async def read_input(request: Request) -> RequestInput:
     """Query and body merged (body wins), cleaned."""
-    query_string = request.scope.get("query_string", b"").decode("latin-1")
+    query_string = request.scope.get("query_string", b"").decode("utf-8", errors="replace")
     fields: dict[str, Any] = _as_lists(parse_query(query_string))
     content_type = request.headers.get("content-type", "").lower()
     if "json" in content_type:

@@ -9,6 +9,7 @@ integer, which `json_number` arranges before encoding.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -20,9 +21,27 @@ JSON_MEDIA_TYPE = "application/json"
 TEXT_MEDIA_TYPE = "text/plain; charset=UTF-8"
 
 
+# A float token printed with a `.0` fraction (Python) where PHP prints an integer. It can also match
+# inside a string; then the value is only walked for nothing.
+_INTEGRAL_FLOAT = re.compile(r"\d\.0(?=[,}\]]|$)")
+
+
 def encode(value: Any) -> bytes:
     """The bytes PHP's `json_encode` gives for `value`."""
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).replace("/", "\\/").encode("ascii")
+    text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    if _INTEGRAL_FLOAT.search(text):
+        text = json.dumps(_integral_floats_as_ints(value), ensure_ascii=True, separators=(",", ":"))
+    return text.replace("/", "\\/").encode("ascii")
+
+
+def _integral_floats_as_ints(value: Any) -> Any:
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {key: _integral_floats_as_ints(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_integral_floats_as_ints(item) for item in value]
+    return value
 
 
 def json_number(value: Decimal | float | int) -> int | float:

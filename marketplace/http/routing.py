@@ -8,6 +8,7 @@ counted by the group limiter, then by the route's own, before any parameter is r
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,13 +19,15 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from marketplace.http.client_ip import client_ip
-from marketplace.http.errors import ApiError
+from marketplace.http.errors import SERVER_ERROR_MESSAGE, ApiError
 from marketplace.http.input import RequestInput, read_input, read_query
 from marketplace.http.json import JsonAnswer, error_body
 from marketplace.http.limits import LimitRule, TooManyRequests, enforce, limit_headers
 
 if TYPE_CHECKING:
     from marketplace.services import Services
+
+logger = logging.getLogger("marketplace.http")
 
 # The order in which a 405 lists allowed methods.
 METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -156,5 +159,10 @@ class ApiRouter:
                 status_code=error.status_code,
                 media_type="application/json",
             )
+        except Exception:
+            # A failure inside a counted request still answers with the limiter headers, as every
+            # error answer does; the envelope only catches what happens outside the route.
+            logger.exception("unhandled error in %s", route.name)
+            response = Response(error_body(SERVER_ERROR_MESSAGE), status_code=500, media_type="application/json")
         response.headers.update(headers)
         return response
