@@ -95,7 +95,7 @@ def _summary(counts: dict[str, int]) -> str:
 
 
 @main.command(help="Load a fixture document (JSON) in one transaction; '-' reads standard input.")
-@click.argument("file", type=click.Path(allow_dash=True, dir_okay=False))
+@click.argument("file")
 def load(file: str) -> None:
     from marketplace.fixtures.loader import FixtureError, parse_document_text
 

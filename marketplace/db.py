@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, text
@@ -48,6 +49,10 @@ def _parse(raw: str) -> URL:
 
 def create_engine(settings: Settings) -> AsyncEngine:
     url = async_url(settings.database_url)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        folder = Path(url.database).expanduser().resolve().parent
+        if not folder.is_dir():
+            raise DatabaseUrlError(f"cannot open the SQLite database {url.database!r}: folder {folder} does not exist")
     options: dict[str, Any] = {}
     if url.get_backend_name() == "sqlite":
         # Writers wait for each other instead of failing at once with "database is locked".
