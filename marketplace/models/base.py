@@ -17,8 +17,9 @@ NAMING_CONVENTION = {
 
 
 def utcnow() -> datetime:
-    """Now, as the naive UTC value every timestamp column stores."""
-    return datetime.now(UTC).replace(tzinfo=None)
+    """Now, as the naive UTC value every timestamp column stores: to the second, as the platform
+    always stored them (timestamps print `.000000Z`)."""
+    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 
 
 class Base(DeclarativeBase):

@@ -1,0 +1,201 @@
+"""The limiters over HTTP: the group's 120 per minute per IP, search's 60 on top, and their headers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from marketplace.http.stores import MemoryStore
+from marketplace.services import Services
+from tests.conftest import make_client
+from tests.upstream import FakeUpstream
+
+TOO_MANY = b'{"message":"Too many requests."}'
+NOT_FOUND = b'{"message":"Not found."}'
+# The cheapest route of the group: no database, no upstream.
+CHEAP = "/api/v1/chat/authentication"
+SEARCH = "/api/v1/resource/search"
+
+# The rule does not depend on the database or the store: the SQLite profile is enough.
+sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
+
+
+@pytest.fixture(scope="module")
+def shared_upstream() -> Iterator[FakeUpstream]:
+    server = FakeUpstream()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def upstream(shared_upstream: FakeUpstream) -> FakeUpstream:
+    """One upstream server for the module, reset per test (stopping a server costs up to 0.5 s)."""
+    shared_upstream.answers.clear()
+    shared_upstream.calls.clear()
+    shared_upstream.headers.clear()
+    return shared_upstream
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def spend(client: httpx.AsyncClient, times: int, path: str = CHEAP, **headers: str) -> None:
+    """Make `times` admitted requests."""
+    for _ in range(times):
+        response = await client.get(path, headers=headers)
+        assert response.status_code != 429
+
+
+def remaining(response: httpx.Response) -> tuple[str, str]:
+    return response.headers["x-ratelimit-limit"], response.headers["x-ratelimit-remaining"]
+
+
+async def test_the_group_admits_exactly_120_requests_per_window_then_answers_429(
+    client: httpx.AsyncClient,
+) -> None:
+    counts = []
+    for _ in range(120):
+        response = await client.get(CHEAP)
+        assert response.status_code == 302
+        counts.append(remaining(response))
+    assert counts == [("120", str(left)) for left in range(119, -1, -1)]
+    refused = await client.get(CHEAP)
+    assert refused.status_code == 429
+    assert refused.content == TOO_MANY
+    assert refused.headers["content-type"] == "application/json"
+
+
+async def test_a_429_carries_retry_after_reset_limit_remaining_and_the_version_header(
+    client: httpx.AsyncClient,
+) -> None:
+    await spend(client, 120)
+    refused = await client.get(CHEAP)
+    now = time.time()
+    assert refused.status_code == 429
+    assert refused.headers["x-service-api-version"] == "1"
+    assert remaining(refused) == ("120", "0")
+    retry_after = int(refused.headers["retry-after"])
+    assert 0 < retry_after <= 60
+    assert abs(int(refused.headers["x-ratelimit-reset"]) - (now + retry_after)) <= 2
+
+
+@sqlite_only
+async def test_every_route_of_the_group_shares_the_budget_once_it_is_spent(client: httpx.AsyncClient) -> None:
+    await spend(client, 120)
+    for method, path in [
+        ("GET", "/api/v1/resource/1"),
+        ("GET", SEARCH),
+        ("POST", "/api/v1/licence/ABC"),
+        ("POST", "/api/v1/chat"),
+        ("GET", "/api/v1/stats/1/players"),
+    ]:
+        refused = await client.request(method, path)
+        assert (refused.status_code, refused.content) == (429, TOO_MANY), path
+        # The group refused it, so its headers are the group's, even on search and licence.
+        assert remaining(refused) == ("120", "0"), path
+
+
+@sqlite_only
+async def test_the_window_lasts_60_seconds_from_its_first_request(
+    client: httpx.AsyncClient, services: Services
+) -> None:
+    clock = Clock()
+    await services.store.close()
+    services.store = MemoryStore(clock=clock)
+    await spend(client, 120)
+    clock.now += 59
+    assert (await client.get(CHEAP)).status_code == 429
+    clock.now += 1
+    admitted = await client.get(CHEAP)
+    assert admitted.status_code == 302
+    assert remaining(admitted) == ("120", "119")
+
+
+@sqlite_only
+async def test_a_binding_404_consumes_budget_and_carries_the_limit_headers(client: httpx.AsyncClient) -> None:
+    missing = await client.get("/api/v1/resource/999")
+    assert (missing.status_code, missing.content) == (404, NOT_FOUND)
+    assert remaining(missing) == ("120", "119")
+    assert remaining(await client.get(CHEAP)) == ("120", "118")
+
+
+@sqlite_only
+async def test_router_404_and_405_pass_no_limiter(client: httpx.AsyncClient) -> None:
+    unknown = await client.get("/api/v1/nowhere")
+    wrong_method = await client.delete(CHEAP)
+    assert (unknown.status_code, unknown.content) == (404, NOT_FOUND)
+    assert wrong_method.status_code == 405
+    for response in (unknown, wrong_method):
+        assert "x-ratelimit-limit" not in response.headers
+        assert "x-ratelimit-remaining" not in response.headers
+    assert remaining(await client.get(CHEAP)) == ("120", "119")
+
+
+@sqlite_only
+async def test_each_client_ip_has_its_own_budget(client: httpx.AsyncClient, services: Services) -> None:
+    await spend(client, 120, **{"X-Forwarded-For": "203.0.113.1"})
+    assert (await client.get(CHEAP, headers={"X-Forwarded-For": "203.0.113.1"})).status_code == 429
+    other_forwarded = await client.get(CHEAP, headers={"X-Forwarded-For": "203.0.113.2"})
+    socket_peer = await client.get(CHEAP)
+    async with make_client(services, client_ip="198.51.100.9") as other_peer:
+        from_other_peer = await other_peer.get(CHEAP)
+    for response in (other_forwarded, socket_peer, from_other_peer):
+        assert response.status_code == 302
+        assert remaining(response) == ("120", "119")
+
+
+@sqlite_only
+async def test_the_forwarded_client_shares_its_budget_across_proxies(
+    client: httpx.AsyncClient, services: Services
+) -> None:
+    await spend(client, 120, **{"X-Forwarded-For": "203.0.113.1"})
+    async with make_client(services, client_ip="198.51.100.9") as through_another_proxy:
+        refused = await through_another_proxy.get(CHEAP, headers={"X-Forwarded-For": "203.0.113.1"})
+    assert refused.status_code == 429
+
+
+@sqlite_only
+async def test_search_answers_carry_the_search_limiter_when_it_has_less_left(
+    client: httpx.AsyncClient,
+) -> None:
+    first = await client.get(SEARCH)
+    assert first.status_code == 200
+    assert remaining(first) == ("60", "59")
+
+
+@sqlite_only
+async def test_answers_carry_the_limiter_with_the_smallest_remaining_count(client: httpx.AsyncClient) -> None:
+    await spend(client, 70)
+    search = await client.get(SEARCH)
+    assert search.status_code == 200
+    assert remaining(search) == ("120", "49")
+
+
+@sqlite_only
+async def test_on_a_tie_answers_carry_the_group_limiter(client: httpx.AsyncClient) -> None:
+    await spend(client, 60)
+    search = await client.get(SEARCH)
+    assert search.status_code == 200
+    assert remaining(search) == ("120", "59")
+
+
+async def test_search_admits_60_per_window_and_exhausting_it_leaves_other_routes_open(
+    client: httpx.AsyncClient,
+) -> None:
+    await spend(client, 60, SEARCH)
+    refused = await client.get(SEARCH)
+    assert (refused.status_code, refused.content) == (429, TOO_MANY)
+    assert remaining(refused) == ("60", "0")
+    assert 0 < int(refused.headers["retry-after"]) <= 60
+    other = await client.get(CHEAP)
+    assert other.status_code == 302
+    # The group counted the 60 searches and the refused one (search refused it, not the group).
+    assert remaining(other) == ("120", "58")
