@@ -72,7 +72,15 @@ def create_engine(settings: Settings) -> AsyncEngine:
     return engine
 
 
+def _unicode_lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # SQLite's own lower() folds ASCII only; lookups that ignore case (search, user names, gift
+    # codes) must fold every letter, as on PostgreSQL. Deterministic, so expression indexes on
+    # lower() stay valid: every connection of the service, migrations included, uses this one.
+    dbapi_connection.create_function("lower", 1, _unicode_lower, deterministic=True)
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
