@@ -33,7 +33,9 @@ class FakeUpstream:
             def do_GET(self) -> None:
                 upstream.calls[self.path] += 1
                 upstream.headers.append(dict(self.headers.items()))
-                canned = upstream.answers.get(self.path, Canned(status=404, body=b'{"message":"404: Not Found"}'))
+                canned = upstream.answers.get(
+                    self.path, Canned(status=404, body=b'{"message":"404: Not Found"}')
+                )
                 if canned.delay_seconds:
                     time.sleep(canned.delay_seconds)
                 try:
@@ -50,7 +52,10 @@ class FakeUpstream:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll interval: shutdown() waits up to one interval.
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
 
     @property
