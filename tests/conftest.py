@@ -89,11 +89,18 @@ def redis_url(profile: str) -> str | None:
     return REDIS_URL if profile == "postgresql" else None
 
 
-@pytest.fixture
-def upstream() -> Iterator[FakeUpstream]:
+@pytest.fixture(scope="session")
+def shared_upstream() -> Iterator[FakeUpstream]:
     server = FakeUpstream()
     yield server
     server.close()
+
+
+@pytest.fixture
+def upstream(shared_upstream: FakeUpstream) -> FakeUpstream:
+    """The local upstream server, its answers and counters reset for each test."""
+    shared_upstream.reset()
+    return shared_upstream
 
 
 @pytest.fixture

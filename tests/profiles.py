@@ -61,3 +61,7 @@ def postgres_admin(statement: str) -> None:
             await connection.close()
 
     asyncio.run(run())
+
+
+# For a rule that depends on neither the database nor the store: the SQLite profile is enough.
+sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)

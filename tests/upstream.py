@@ -63,6 +63,11 @@ class FakeUpstream:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}"
 
+    def reset(self) -> None:
+        self.answers.clear()
+        self.calls.clear()
+        self.headers.clear()
+
     def answer_json(self, path: str, payload: Any, status: int = 200, delay_seconds: float = 0.0) -> None:
         self.answers[path] = Canned(status, json.dumps(payload).encode(), "application/json", delay_seconds)
 

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import httpx
 import pytest
 
 from tests.catalogue import OWNER_CHAT_ID
 from tests.conftest import Loader
-from tests.upstream import closed_port_url
 
 NOT_FOUND = b'{"message":"Not found."}'
 
 # The rules below do not depend on the database or the store.
 pytestmark = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def upstream() -> SimpleNamespace:
-    """This route calls no upstream; a closed port spares starting and stopping a server per test."""
-    return SimpleNamespace(url=closed_port_url())
 
 
 async def test_author_is_id_chat_name_in_order_with_the_linked_snowflake_as_a_string(

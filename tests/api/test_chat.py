@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.catalogue import CLOSED_MEMBER_CHAT_ID, DELETED_MEMBER_CHAT_ID, MEMBER_CHAT_ID, OWNER_CHAT_ID
 from tests.conftest import Loader
+from tests.profiles import sqlite_only
 from tests.upstream import FakeUpstream
 
 VERSION = "x-service-api-version"
@@ -37,25 +36,6 @@ CARLA_ACCESSES = (
     b'{"id":21,"user_id":10,"plugin_id":7,"payment_id":null,'
     b'"created_at":"2024-03-01T12:00:00.000000Z","updated_at":"2024-03-02T08:30:00.000000Z"}]'
 )
-
-# The rule does not depend on the database or the store: the SQLite profile is enough.
-sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture(scope="module")
-def shared_upstream() -> Iterator[FakeUpstream]:
-    server = FakeUpstream()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def upstream(shared_upstream: FakeUpstream) -> FakeUpstream:
-    """One upstream server for the module, reset per test (stopping a server costs up to 0.5 s)."""
-    shared_upstream.answers.clear()
-    shared_upstream.calls.clear()
-    shared_upstream.headers.clear()
-    return shared_upstream
 
 
 # --- 10. GET /chat/authentication ------------------------------------------------------------

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import httpx
 import pytest
 from sqlalchemy import select
@@ -11,18 +9,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.models import Gift
 from tests.conftest import Loader
-from tests.upstream import closed_port_url
+from tests.profiles import sqlite_only
 
 NOT_FOUND = b'{"message":"Not found."}'
-
-# The rules below do not depend on the database or the store, unless a test says otherwise.
-sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def upstream() -> SimpleNamespace:
-    """This route calls no upstream; a closed port spares starting and stopping a server per test."""
-    return SimpleNamespace(url=closed_port_url())
 
 
 @sqlite_only

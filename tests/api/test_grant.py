@@ -6,8 +6,6 @@ import asyncio
 import hashlib
 import hmac
 import re
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -15,18 +13,17 @@ import pytest
 from sqlalchemy import func, select
 
 from marketplace.config import Settings
-from marketplace.fixtures.loader import load_document
 from marketplace.models import Access, Activity
-from marketplace.services import Services, build_services
+from marketplace.services import Services
+from tests.api.helpers import catalogue_client
 from tests.catalogue import (
     CLOSED_MEMBER_CHAT_ID,
     DELETED_MEMBER_CHAT_ID,
     MEMBER_CHAT_ID,
     OWNER_CHAT_ID,
-    catalogue,
 )
-from tests.conftest import GRANT_SECRET, Loader, make_client
-from tests.upstream import FakeUpstream
+from tests.conftest import GRANT_SECRET, Loader
+from tests.profiles import sqlite_only
 
 OK = b'{"message":"ok"}'
 KO = b'{"message":"ko"}'
@@ -36,37 +33,6 @@ UNKNOWN_CHAT_ID = "999999999999999999"
 ALICIA_CHAT_ID = "666666666666666666"
 ALICE_ID = 1  # owns nothing; her chat account is OWNER_CHAT_ID
 BOB_ID = 2  # MEMBER_CHAT_ID: purchase access 1 on resource 1, revoked gift access 4 on resource 8
-
-# The rule does not depend on the database or the store: the SQLite profile is enough.
-sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture(scope="module")
-def shared_upstream() -> Iterator[FakeUpstream]:
-    server = FakeUpstream()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def upstream(shared_upstream: FakeUpstream) -> FakeUpstream:
-    """One upstream server for the module, reset per test (stopping a server costs up to 0.5 s)."""
-    shared_upstream.answers.clear()
-    shared_upstream.calls.clear()
-    shared_upstream.headers.clear()
-    return shared_upstream
-
-
-@asynccontextmanager
-async def catalogue_client(settings: Settings, **changes: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the app on the test catalogue, with some settings changed."""
-    services = build_services(settings.model_copy(update=changes))
-    try:
-        await load_document(services.engine, catalogue())
-        async with make_client(services) as http:
-            yield http
-    finally:
-        await services.close()
 
 
 def grant_path(chat_id: str, resource: str | int) -> str:

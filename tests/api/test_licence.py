@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -15,7 +14,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.services import Services
 from tests.conftest import make_client
-from tests.upstream import closed_port_url
 
 VALID = b'{"status":"success","message":"The license is valid"}'
 NOT_FOUND = b'{"message":"Not found."}'
@@ -23,12 +21,6 @@ TOO_MANY = b'{"message":"Too many requests."}'
 
 # The rules below do not depend on the database or the store.
 pytestmark = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def upstream() -> SimpleNamespace:
-    """This route calls no upstream; a closed port spares starting and stopping a server per test."""
-    return SimpleNamespace(url=closed_port_url())
 
 
 @contextmanager

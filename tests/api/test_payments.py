@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -14,19 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.catalogue import PAID_UID, REFUNDED_UID
 from tests.conftest import Loader
-from tests.upstream import closed_port_url
 
 NOT_FOUND = b'{"message":"Not found."}'
 UNKNOWN_UID = "01J00000000000000000000000"
 
 # The rules below do not depend on the database or the store.
 pytestmark = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def upstream() -> SimpleNamespace:
-    """This route calls no upstream; a closed port spares starting and stopping a server per test."""
-    return SimpleNamespace(url=closed_port_url())
 
 
 @contextmanager

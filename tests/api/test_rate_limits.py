@@ -3,48 +3,20 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
 
 from marketplace.http.stores import MemoryStore
 from marketplace.services import Services
+from tests.api.helpers import Clock
 from tests.conftest import make_client
-from tests.upstream import FakeUpstream
+from tests.profiles import sqlite_only
 
 TOO_MANY = b'{"message":"Too many requests."}'
 NOT_FOUND = b'{"message":"Not found."}'
 # The cheapest route of the group: no database, no upstream.
 CHEAP = "/api/v1/chat/authentication"
 SEARCH = "/api/v1/resource/search"
-
-# The rule does not depend on the database or the store: the SQLite profile is enough.
-sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture(scope="module")
-def shared_upstream() -> Iterator[FakeUpstream]:
-    server = FakeUpstream()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def upstream(shared_upstream: FakeUpstream) -> FakeUpstream:
-    """One upstream server for the module, reset per test (stopping a server costs up to 0.5 s)."""
-    shared_upstream.answers.clear()
-    shared_upstream.calls.clear()
-    shared_upstream.headers.clear()
-    return shared_upstream
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def spend(client: httpx.AsyncClient, times: int, path: str = CHEAP, **headers: str) -> None:

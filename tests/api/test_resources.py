@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.conftest import Loader
-from tests.upstream import closed_port_url
+from tests.profiles import sqlite_only
 
 VERSION = "x-service-api-version"
 NOT_FOUND = b'{"message":"Not found."}'
@@ -52,15 +50,6 @@ NOT_PLAIN_DIGITS = [
     "2147483648", "9223372036854775808", "99999999999999999999999999999999",
 ]  # fmt: skip
 BOUND_ROUTES = ["/api/v1/resource/{}", "/api/v1/resource/versions/{}", "/api/v1/resource/version/{}"]
-
-# The rules below do not depend on the database or the store: the SQLite profile is enough.
-sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def upstream() -> SimpleNamespace:
-    """No route here calls upstream; a closed port spares starting and stopping a server per test."""
-    return SimpleNamespace(url=closed_port_url())
 
 
 # --- 6. GET /resource/{resource}: the resource object -----------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -11,7 +10,7 @@ import pytest
 
 from marketplace.services import Services
 from tests.conftest import Loader, make_client
-from tests.upstream import closed_port_url
+from tests.profiles import sqlite_only
 
 SEARCH = "/api/v1/resource/search"
 PATH = "http://marketplace.test/api/v1/resource/search"
@@ -36,15 +35,6 @@ EMPTY_PAGE = (
     b'"next_page_url":null,"path":"http:\\/\\/marketplace.test\\/api\\/v1\\/resource\\/search",'
     b'"per_page":15,"prev_page_url":null,"to":null,"total":0}'
 )
-
-# The rules below do not depend on the database or the store, unless a test says otherwise.
-sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def upstream() -> SimpleNamespace:
-    """Search calls no upstream; a closed port spares starting and stopping a server per test."""
-    return SimpleNamespace(url=closed_port_url())
 
 
 def published(first_id: int, count: int, **extra: Any) -> dict[str, Any]:

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import pytest
 
 from marketplace.config import Settings
-from marketplace.fixtures.loader import load_document
-from marketplace.http.stores import MemoryStore
-from marketplace.services import Services, build_services
-from tests.catalogue import catalogue
-from tests.conftest import Loader, make_client
+from tests.api.helpers import Clock, catalogue_client
+from tests.conftest import Loader
+from tests.profiles import sqlite_only
 from tests.upstream import FakeUpstream
 
 NOT_FOUND = b'{"message":"Not found."}'
@@ -43,54 +38,6 @@ NO_STATS_ID = {
 # Fault tests wait this long for upstream instead of the production 5 seconds.
 SHORT_TIMEOUT_SECONDS = 0.2
 SLOW_UPSTREAM_SECONDS = 2.0
-
-# The rule does not depend on the database or the store: the SQLite profile is enough.
-sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture(scope="module")
-def shared_upstream() -> Iterator[FakeUpstream]:
-    server = FakeUpstream()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def upstream(shared_upstream: FakeUpstream) -> FakeUpstream:
-    """One upstream server for the module, reset per test (stopping a server costs up to 0.5 s)."""
-    shared_upstream.answers.clear()
-    shared_upstream.calls.clear()
-    shared_upstream.headers.clear()
-    return shared_upstream
-
-
-@asynccontextmanager
-async def catalogue_client(settings: Settings, **changes: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the app on the test catalogue, with some settings changed."""
-    services = build_services(settings.model_copy(update=changes))
-    try:
-        await load_document(services.engine, catalogue())
-        async with make_client(services) as http:
-            yield http
-    finally:
-        await services.close()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-async def clock(services: Services) -> Clock:
-    """The app's store replaced by an in-process one whose time the test moves."""
-    moved = Clock()
-    await services.store.close()
-    services.store = MemoryStore(clock=moved)
-    return moved
 
 
 def chart_answer(value: Any) -> list[list[Any]]:

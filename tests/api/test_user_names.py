@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from tests.conftest import Loader
-from tests.upstream import closed_port_url
+from tests.profiles import sqlite_only
 
 USER_NAMES = "/api/v1/resource/user"
 REQUIRED = b'{"message":"The name field is required.","errors":{"name":["The name field is required."]}}'
@@ -24,15 +23,6 @@ TOO_LONG = (
 # Catalogue users: 1 Alice, 2 bob, 3 Deleted Dave (soft-deleted), 4 Closed Carol (closed),
 # 5 Banned Ben (banned), 6 alicia.
 NOT_DELETED_SORTED = [b"Alice", b"alicia", b"Banned Ben", b"bob", b"Closed Carol"]
-
-# The rules below do not depend on the database or the store, unless a test says otherwise.
-sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def upstream() -> SimpleNamespace:
-    """This route calls no upstream; a closed port spares starting and stopping a server per test."""
-    return SimpleNamespace(url=closed_port_url())
 
 
 def names_body(*names: bytes) -> bytes:

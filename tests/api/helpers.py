@@ -1,0 +1,37 @@
+"""Helpers shared by the contract tests of the routes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from marketplace.config import Settings
+from marketplace.fixtures.loader import load_document
+from marketplace.services import build_services
+from tests.catalogue import catalogue
+from tests.conftest import make_client
+
+
+@asynccontextmanager
+async def catalogue_client(settings: Settings, **changes: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app on the test catalogue, with some settings changed."""
+    services = build_services(settings.model_copy(update=changes))
+    try:
+        await load_document(services.engine, catalogue())
+        async with make_client(services) as http:
+            yield http
+    finally:
+        await services.close()
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
