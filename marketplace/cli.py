@@ -48,18 +48,19 @@ def main() -> None:
     pass
 
 
+async def _migrate(settings: Settings) -> None:
+    from marketplace.migrations.runner import upgrade_to_head
+
+    engine = create_engine(settings)
+    try:
+        await upgrade_to_head(engine)
+    finally:
+        await engine.dispose()
+
+
 @main.command(help="Create or upgrade the database schema (idempotent).")
 def migrate() -> None:
-    async def action(settings: Settings) -> None:
-        from marketplace.migrations.runner import upgrade_to_head
-
-        engine = create_engine(settings)
-        try:
-            await upgrade_to_head(engine)
-        finally:
-            await engine.dispose()
-
-    _run(action)
+    _run(_migrate)
     click.echo("schema is up to date")
 
 
@@ -116,16 +117,7 @@ def demo() -> None:
 
     demo_storage = Path(__file__).resolve().parent / "fixtures" / "demo_storage"
 
-    async def migrate_first(settings: Settings) -> None:
-        from marketplace.migrations.runner import upgrade_to_head
-
-        engine = create_engine(settings)
-        try:
-            await upgrade_to_head(engine)
-        finally:
-            await engine.dispose()
-
-    _run(migrate_first)
+    _run(_migrate)
     counts = _load(DEMO_CATALOGUE)
     storage = Path(Settings().storage_dir)
     try:
