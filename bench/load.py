@@ -29,7 +29,10 @@ ROUTES = (
 
 
 async def worker(
-    client: httpx.AsyncClient, deadline: float, addresses: itertools.count[int], results: dict[str, list[float]],
+    client: httpx.AsyncClient,
+    deadline: float,
+    addresses: itertools.count[int],
+    results: dict[str, list[float]],
     statuses: dict[str, dict[int, int]],
 ) -> None:
     for method, path in itertools.cycle(ROUTES):
@@ -50,7 +53,9 @@ async def run(url: str, seconds: float, concurrency: int) -> None:
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30.0) as client:
         deadline = time.monotonic() + seconds
         addresses = itertools.count(1)
-        await asyncio.gather(*(worker(client, deadline, addresses, results, statuses) for _ in range(concurrency)))
+        await asyncio.gather(
+            *(worker(client, deadline, addresses, results, statuses) for _ in range(concurrency))
+        )
     total = sum(len(v) for v in results.values())
     print(f"{total} requests in {seconds:.0f} s: {total / seconds:.0f} req/s at concurrency {concurrency}")
     print(f"{'route':<40} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}  statuses")

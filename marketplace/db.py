@@ -52,7 +52,9 @@ def create_engine(settings: Settings) -> AsyncEngine:
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         folder = Path(url.database).expanduser().resolve().parent
         if not folder.is_dir():
-            raise DatabaseUrlError(f"cannot open the SQLite database {url.database!r}: folder {folder} does not exist")
+            raise DatabaseUrlError(
+                f"cannot open the SQLite database {url.database!r}: folder {folder} does not exist"
+            )
     options: dict[str, Any] = {}
     if url.get_backend_name() == "sqlite":
         # Writers wait for each other instead of failing at once with "database is locked".

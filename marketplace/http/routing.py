@@ -163,6 +163,8 @@ class ApiRouter:
             # A failure inside a counted request still answers with the limiter headers, as every
             # error answer does; the envelope only catches what happens outside the route.
             logger.exception("unhandled error in %s", route.name)
-            response = Response(error_body(SERVER_ERROR_MESSAGE), status_code=500, media_type="application/json")
+            response = Response(
+                error_body(SERVER_ERROR_MESSAGE), status_code=500, media_type="application/json"
+            )
         response.headers.update(headers)
         return response
