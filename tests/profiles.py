@@ -65,3 +65,6 @@ def postgres_admin(statement: str) -> None:
 
 # For a rule that depends on neither the database nor the store: the SQLite profile is enough.
 sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
+
+# For what exists on PostgreSQL only (its indexes).
+postgresql_only = pytest.mark.parametrize("profile", ["postgresql"], indirect=True)

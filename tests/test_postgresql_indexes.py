@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.catalogue.members import names_starting_with
 from marketplace.catalogue.resources import search_published
 from marketplace.services import Services
+from tests.profiles import postgresql_only
 
 
 async def _large_catalogue(engine: AsyncEngine) -> None:
@@ -40,9 +40,8 @@ async def _plan(engine: AsyncEngine, statement: str) -> str:
     return "\n".join(rows)
 
 
-async def test_search_filter_uses_the_trigram_indexes(services: Services, profile: str) -> None:
-    if profile != "postgresql":
-        pytest.skip("trigram indexes exist on PostgreSQL only")
+@postgresql_only
+async def test_search_filter_uses_the_trigram_indexes(services: Services) -> None:
     plan = await _plan(
         services.engine,
         "SELECT count(id) FROM resources WHERE status = 'published' AND deleted_at IS NULL "
@@ -53,9 +52,8 @@ async def test_search_filter_uses_the_trigram_indexes(services: Services, profil
         assert (await search_published(session, q="economy", page=1, per_page=15)).total == 0
 
 
-async def test_user_name_prefix_lookup_uses_an_index(services: Services, profile: str) -> None:
-    if profile != "postgresql":
-        pytest.skip("the pattern index exists on PostgreSQL only")
+@postgresql_only
+async def test_user_name_prefix_lookup_uses_an_index(services: Services) -> None:
     plan = await _plan(
         services.engine,
         "SELECT name FROM users WHERE deleted_at IS NULL AND lower(name) LIKE lower('ali' || '%')",
