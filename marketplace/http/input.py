@@ -16,7 +16,11 @@ from urllib.parse import quote_plus, unquote_plus
 from starlette.requests import Request
 
 # White space that is trimmed: Unicode white space plus the invisible marks PHP's middleware adds.
-_TRIMMED = "".join(chr(c) for c in range(0x110000) if chr(c).isspace()) + "\ufeff\u200b\u200e"
+_TRIMMED = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # every character str.isspace() accepts
+    "\ufeff\u200b\u200e"
+)
 
 _ARRAY_KEY = re.compile(r"^([^\[]+)((?:\[[^\]]*\])+)")
 _SUBKEY = re.compile(r"\[([^\]]*)\]")
