@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.config import Settings
 from marketplace.fixtures.loader import load_document
@@ -35,3 +37,18 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@contextmanager
+def recorded_statements(engine: AsyncEngine) -> Iterator[list[str]]:
+    """The SQL statements the engine runs inside the block."""
+    statements: list[str] = []
+
+    def record(_connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)

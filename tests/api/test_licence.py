@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.services import Services
+from tests.api.helpers import recorded_statements
 from tests.conftest import make_client
 
 VALID = b'{"status":"success","message":"The license is valid"}'
@@ -21,21 +19,6 @@ TOO_MANY = b'{"message":"Too many requests."}'
 
 # The rules below do not depend on the database or the store.
 pytestmark = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@contextmanager
-def recorded_statements(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The SQL statements the engine runs inside the block."""
-    statements: list[str] = []
-
-    def record(_connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        statements.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 async def test_every_key_is_200_with_the_exact_success_body(client: httpx.AsyncClient) -> None:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
 import httpx
 import pytest
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.api.helpers import recorded_statements
 from tests.catalogue import PAID_UID, REFUNDED_UID
 from tests.conftest import Loader
 
@@ -19,21 +15,6 @@ UNKNOWN_UID = "01J00000000000000000000000"
 
 # The rules below do not depend on the database or the store.
 pytestmark = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
-
-
-@contextmanager
-def recorded_statements(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The SQL statements the engine runs inside the block."""
-    statements: list[str] = []
-
-    def record(_connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        statements.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 async def test_payment_is_exactly_uid_status_amount_cents_currency(client: httpx.AsyncClient) -> None:
