@@ -94,9 +94,9 @@ def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
 
 
-def dialect_insert(session_or_dialect_name: str) -> Any:
+def dialect_insert(dialect_name: str) -> Any:
     """The `insert` construct with ON CONFLICT support of the named dialect (sqlite or postgresql)."""
-    if session_or_dialect_name == "postgresql":
+    if dialect_name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
         return pg_insert

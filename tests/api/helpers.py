@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -52,3 +53,17 @@ def recorded_statements(engine: AsyncEngine) -> Iterator[list[str]]:
         yield statements
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+TOO_MANY_REQUESTS = b'{"message":"Too many requests."}'
+
+
+def assert_refused_by(refused: httpx.Response, limit: int) -> None:
+    """A 429 of the limiter allowing `limit` per window: body, headers, and a reset `Retry-After` away."""
+    assert (refused.status_code, refused.content) == (429, TOO_MANY_REQUESTS)
+    assert refused.headers["content-type"] == "application/json"
+    assert refused.headers["x-ratelimit-limit"] == str(limit)
+    assert refused.headers["x-ratelimit-remaining"] == "0"
+    retry_after = int(refused.headers["retry-after"])
+    assert 0 < retry_after <= 60
+    assert abs(int(refused.headers["x-ratelimit-reset"]) - (time.time() + retry_after)) <= 2
