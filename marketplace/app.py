@@ -1,26 +1,38 @@
-"""Builds the ASGI application: the envelope, the `/api/v1` routes, storage files, lifespan."""
+"""Builds the ASGI application: the layers every request passes, the `/api/v1` routes, storage
+files, the operator endpoints, lifespan.
+
+From the outside in: the request observer (request id, client address, access log, metrics), the
+API envelope (version header, CORS, 500s), the body limit, then dispatch by path.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from marketplace.api.v1 import GROUP_LIMITS, PREFIX, ROUTES
 from marketplace.config import Settings
 from marketplace.health import HealthCheck
-from marketplace.http.envelope import ApiEnvelope
+from marketplace.http.body import BodyLimit
+from marketplace.http.envelope import ApiEnvelope, is_api_path
 from marketplace.http.json import JsonAnswer
+from marketplace.http.observation import RequestObserver, set_route_name
 from marketplace.http.routing import ApiRouter, not_found_answer
+from marketplace.reference import ApiReference
 from marketplace.services import Services, build_services
 from marketplace.storage import PREFIX as STORAGE_PREFIX
 from marketplace.storage import StorageFiles
+from marketplace.telemetry import metrics
 
 logger = logging.getLogger("marketplace")
 
 # The earlier website helper, gone for good.
 _GONE_GIFT_HELPER = re.compile(r"^/api/gift/valid/[^/]+/[^/]+/?$")
+METRICS_PATH = "/metrics"
+HEALTH_PATH = "/up"
 
 
 class MarketplaceApp:
@@ -31,6 +43,7 @@ class MarketplaceApp:
         self.api_v1 = ApiRouter(PREFIX, ROUTES, GROUP_LIMITS, services)
         self.storage = StorageFiles(services.settings.storage_dir)
         self.health = HealthCheck(services)
+        self.reference = ApiReference()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -42,13 +55,22 @@ class MarketplaceApp:
         if path == PREFIX or path.startswith(PREFIX + "/"):
             await self.api_v1(scope, receive, send)
         elif _GONE_GIFT_HELPER.match(path):
+            set_route_name(scope, "gone")
             await JsonAnswer({"message": "Gone."}, status_code=410)(scope, receive, send)
-        elif path == "/api" or path.startswith("/api/"):
+        elif is_api_path(path):
             await not_found_answer()(scope, receive, send)
         elif path.startswith(STORAGE_PREFIX):
+            set_route_name(scope, "storage")
             await self.storage(scope, receive, send)
-        elif path == "/up":
+        elif path == HEALTH_PATH:
+            set_route_name(scope, "health")
             await self.health(scope, receive, send)
+        elif path == METRICS_PATH:
+            set_route_name(scope, "metrics")
+            await _metrics(scope, receive, send)
+        elif self.reference.handles(path):
+            set_route_name(scope, "reference")
+            await self.reference(scope, receive, send)
         else:
             await not_found_answer()(scope, receive, send)
 
@@ -59,13 +81,31 @@ class MarketplaceApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.services.close()
+                metrics.worker_stopped()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
 
+async def _metrics(scope: Scope, receive: Receive, send: Send) -> None:
+    response: Response
+    if scope["method"] not in ("GET", "HEAD"):
+        response = Response("Method Not Allowed", status_code=405, headers={"Allow": "GET, HEAD"})
+    else:
+        response = Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
+    await response(scope, receive, send)
+
+
 def build_app(settings: Settings | None = None, services: Services | None = None) -> ASGIApp:
     services = services or build_services(settings or Settings())
-    return ApiEnvelope(MarketplaceApp(services))
+    settings = services.settings
+    dispatch = BodyLimit(
+        MarketplaceApp(services),
+        max_bytes=settings.max_body_bytes,
+        timeout_seconds=settings.body_timeout_seconds,
+    )
+    return RequestObserver(
+        ApiEnvelope(dispatch), trusted_proxies=settings.proxies, access_log=settings.access_log
+    )
 
 
 def create_app() -> ASGIApp:

@@ -3,40 +3,56 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
+from pydantic import ValidationError
 
 from marketplace.config import Settings
-from marketplace.db import DatabaseUrlError, create_engine
+from marketplace.db import DatabaseUrlError, engine_for, masked_url
 
 T = TypeVar("T")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     click.echo(f"marketplace: {message}", err=True)
     sys.exit(1)
+
+
+def settings_problem(error: ValidationError) -> str:
+    """The first invalid setting, named as the operator sets it (`MARKETPLACE_...`)."""
+    first = error.errors()[0]
+    name = "MARKETPLACE_" + "_".join(str(part) for part in first["loc"]).upper()
+    return f"invalid setting {name}: {first['msg']}"
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as error:
+        _fail(settings_problem(error))
 
 
 def _run(action: Callable[[Settings], Coroutine[Any, Any, T]]) -> T:
     """Run one async action with the configured settings; any failure is a one-line error and exit 1."""
     from marketplace.fixtures.loader import FixtureError
 
+    settings = load_settings()
     try:
-        settings = Settings()
         return asyncio.run(action(settings))
     except (DatabaseUrlError, FixtureError, SchemaMissing, ImportFailed) as error:
         _fail(str(error))
     except OSError as error:
-        _fail(f"cannot reach the database: {error}")
+        _fail(f"cannot reach the database: {masked_url(str(error))}")
     except Exception as error:  # the command line answers with one line, not a traceback
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        _fail(first_line)
-    raise AssertionError("unreachable")
+        _fail(masked_url(first_line))
 
 
 class SchemaMissing(RuntimeError):
@@ -51,11 +67,8 @@ def main() -> None:
 async def _migrate(settings: Settings) -> None:
     from marketplace.migrations.runner import upgrade_to_head
 
-    engine = create_engine(settings)
-    try:
+    async with engine_for(settings) as engine:
         await upgrade_to_head(engine)
-    finally:
-        await engine.dispose()
 
 
 @main.command(help="Create or upgrade the database schema (idempotent).")
@@ -67,11 +80,8 @@ def migrate() -> None:
 async def _require_schema(settings: Settings) -> None:
     from marketplace.migrations.runner import current_revision, head_revision
 
-    engine = create_engine(settings)
-    try:
+    async with engine_for(settings) as engine:
         current = await current_revision(engine)
-    finally:
-        await engine.dispose()
     if current != head_revision():
         raise SchemaMissing("the database schema is missing or outdated: run `marketplace migrate` first")
 
@@ -81,11 +91,8 @@ def _load(document: Any) -> dict[str, int]:
         from marketplace.fixtures.loader import load_document
 
         await _require_schema(settings)
-        engine = create_engine(settings)
-        try:
+        async with engine_for(settings) as engine:
             report = await load_document(engine, document)
-        finally:
-            await engine.dispose()
         return report.counts
 
     return _run(action)
@@ -119,7 +126,7 @@ def demo() -> None:
 
     _run(_migrate)
     counts = _load(DEMO_CATALOGUE)
-    storage = Path(Settings().storage_dir)
+    storage = Path(load_settings().storage_dir)
     try:
         shutil.copytree(demo_storage, storage, dirs_exist_ok=True)
     except OSError as error:
@@ -131,24 +138,77 @@ def demo() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 512))
-@click.option("--access-log/--no-access-log", default=True, show_default=True)
-def serve(host: str, port: int, workers: int, access_log: bool) -> None:
+@click.option(
+    "--access-log/--no-access-log",
+    default=None,
+    help="One log line per request (default: MARKETPLACE_ACCESS_LOG, on).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["json", "text"]),
+    default=None,
+    help="JSON lines or readable text (default: MARKETPLACE_LOG_FORMAT, json).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"], case_sensitive=False),
+    default=None,
+    help="Lowest level written (default: MARKETPLACE_LOG_LEVEL, info).",
+)
+def serve(
+    host: str, port: int, workers: int, access_log: bool | None, log_format: str | None, log_level: str | None
+) -> None:
     import uvicorn
 
+    from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE
+    from marketplace.telemetry.logs import logging_config
+
+    # The workers read their settings from the environment: what the options say goes there.
+    for variable, value in (
+        ("MARKETPLACE_ACCESS_LOG", None if access_log is None else str(access_log).lower()),
+        ("MARKETPLACE_LOG_FORMAT", log_format),
+        ("MARKETPLACE_LOG_LEVEL", log_level.lower() if log_level else None),
+    ):
+        if value is not None:
+            os.environ[variable] = value
+    settings = load_settings()
     _run(_require_schema)
-    uvicorn.run(
-        "marketplace.app:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        access_log=access_log,
-        # The service reads X-Forwarded-For itself (every proxy trusted); the server must not rewrite the peer.
-        proxy_headers=False,
-        server_header=False,
-        timeout_graceful_shutdown=30,
-        log_level="info",
-    )
+    metrics_dir, made_here = _fresh_metrics_dir()
+    os.environ[MULTIPROCESS_DIR_VARIABLE] = str(metrics_dir)
+    try:
+        uvicorn.run(
+            "marketplace.app:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            # The service writes its own access log (marketplace.access), without secrets.
+            access_log=False,
+            log_config=logging_config(settings.log_format, settings.log_level),
+            # The service reads X-Forwarded-For itself, as far as MARKETPLACE_TRUSTED_PROXIES allows;
+            # the server must not rewrite the peer.
+            proxy_headers=False,
+            server_header=False,
+            timeout_graceful_shutdown=30,
+        )
+    finally:
+        if made_here:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _fresh_metrics_dir() -> tuple[Path, bool]:
+    """Where the workers of this server keep their metrics (the operator's folder, emptied of an
+    earlier run's files, or a new one), and whether it was made here."""
+    from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE
+
+    given = os.environ.get(MULTIPROCESS_DIR_VARIABLE)
+    if not given:
+        return Path(tempfile.mkdtemp(prefix="marketplace-metrics-")), True
+    folder = Path(given)
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.db"):
+        stale.unlink()
+    return folder, False
 
 
 @main.command("import-earlier", help="Import an earlier-platform database (MariaDB/MySQL or SQLite URL).")
@@ -182,11 +242,10 @@ def import_earlier(source: str, tables: tuple[str, ...], dry_run: bool) -> None:
             earlier = EarlierDatabase(source, parse_table_overrides(tables))
         except SourceError as error:
             raise ImportFailed(str(error)) from None
-        engine = create_engine(settings)
         try:
-            report = await EarlierImport(earlier, progress).run(engine, dry_run=dry_run)
+            async with engine_for(settings) as engine:
+                report = await EarlierImport(earlier, progress).run(engine, dry_run=dry_run)
         finally:
-            await engine.dispose()
             earlier.close()
         return report.lines()
 

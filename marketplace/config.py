@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Literal
 
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from marketplace.http.client_ip import TrustedProxies
 
 
 class Settings(BaseSettings):
@@ -25,12 +29,43 @@ class Settings(BaseSettings):
     # Key of the HMAC that hashes client addresses in the activity log; set it in production so that
     # every worker hashes alike. Unset, each process draws a random key at start-up.
     app_key: str | None = None
+    # Peers whose X-Forwarded-For is read: "*" (every peer, the contract's rule) or addresses/CIDRs.
+    trusted_proxies: str = "*"
     # Connection pool of a server database (PostgreSQL), per worker process.
-    db_pool_size: int = 10
-    db_max_overflow: int = 10
-    upstream_timeout_seconds: float = 5.0
+    db_pool_size: int = Field(default=10, ge=1)
+    db_max_overflow: int = Field(default=10, ge=0)
+    # How long a request waits for a free connection before it answers 500.
+    db_pool_timeout_seconds: float = Field(default=2.0, gt=0)
+    db_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    # Longest statement (or lock wait) of a request; `load`, `migrate` and imports are not bounded.
+    db_statement_timeout_seconds: float = Field(default=5.0, gt=0)
+    upstream_timeout_seconds: float = Field(default=5.0, gt=0)
+    # Largest request body read; a larger one is refused with 413 before it is read.
+    max_body_bytes: int = Field(default=1024 * 1024, ge=0)
+    # Longest time a client may take to send its body (408 after that).
+    body_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Limiter windows (and cached answers) the in-process store keeps exactly; beyond, see stores.py.
+    memory_store_max_keys: int = Field(default=100_000, ge=1)
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    access_log: bool = True
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _parseable_proxies(cls, value: str) -> str:
+        TrustedProxies.parse(value)
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @cached_property
     def public_base_url(self) -> str:
         """`{base_url}` without a trailing slash, as absolute URLs are built from it."""
         return self.base_url.rstrip("/")
+
+    @cached_property
+    def proxies(self) -> TrustedProxies:
+        return TrustedProxies.parse(self.trusted_proxies)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+import re
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,7 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.util import await_only
 
 from marketplace.config import Settings
 
@@ -40,14 +45,35 @@ def async_url(raw: str) -> URL:
     return url.set(drivername=_ASYNC_DRIVERS[backend])
 
 
+# The password part of `scheme://user:password@host`, for URLs too broken to parse.
+_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def masked_url(raw: str) -> str:
+    """The URL with its password replaced by `***`, fit for messages and logs."""
+    return _URL_PASSWORD.sub(r"\1***@", raw)
+
+
 def _parse(raw: str) -> URL:
     try:
         return make_url(raw)
     except Exception as error:  # SQLAlchemy raises ArgumentError, and ValueError on bad ports
-        raise DatabaseUrlError(f"invalid database URL {raw!r}: {error}") from None
+        raise DatabaseUrlError(
+            f"invalid database URL {masked_url(raw)!r}: {masked_url(str(error))}"
+        ) from None
 
 
-def create_engine(settings: Settings) -> AsyncEngine:
+# Writers of the command line (load, import) wait this long for each other's locks on SQLite.
+COMMAND_LOCK_WAIT_SECONDS = 30.0
+
+
+def create_engine(settings: Settings, *, statement_timeout: float | None = None) -> AsyncEngine:
+    """The engine of the configured database.
+
+    `statement_timeout` bounds each statement of the engine, lock waits included (the serving
+    process passes its setting; the commands run unbounded). Connecting and waiting for a pooled
+    connection are bounded by their settings in every case.
+    """
     url = async_url(settings.database_url)
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         folder = Path(url.database).expanduser().resolve().parent
@@ -57,12 +83,27 @@ def create_engine(settings: Settings) -> AsyncEngine:
             )
     options: dict[str, Any] = {}
     if url.get_backend_name() == "sqlite":
-        # Writers wait for each other instead of failing at once with "database is locked".
-        options["connect_args"] = {"timeout": 30}
+        lock_wait = statement_timeout if statement_timeout is not None else COMMAND_LOCK_WAIT_SECONDS
+        # Writers wait for each other (up to the bound) instead of failing at once with "database is locked".
+        options["connect_args"] = {"timeout": lock_wait}
+        if url.database not in (None, "", ":memory:"):
+            options.update(
+                pool_size=settings.db_pool_size,
+                max_overflow=settings.db_max_overflow,
+                pool_timeout=settings.db_pool_timeout_seconds,
+            )
     else:
+        connect_args: dict[str, Any] = {"timeout": settings.db_connect_timeout_seconds}
+        if statement_timeout is not None:
+            # The server cancels a statement (or a lock wait) past the bound; the client gives up a
+            # little later should the server itself not answer.
+            connect_args["server_settings"] = {"statement_timeout": str(math.ceil(statement_timeout * 1000))}
+            connect_args["command_timeout"] = statement_timeout + 1.0
         options.update(
+            connect_args=connect_args,
             pool_size=settings.db_pool_size,
             max_overflow=settings.db_max_overflow,
+            pool_timeout=settings.db_pool_timeout_seconds,
             # No ping per checkout (a round trip per request): a connection found dead fails the
             # request in flight and invalidates the whole pool, so the next requests reconnect.
             pool_pre_ping=False,
@@ -70,24 +111,69 @@ def create_engine(settings: Settings) -> AsyncEngine:
         )
     engine = create_async_engine(url, **options)
     if url.get_backend_name() == "sqlite":
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        _prepare_sqlite(engine, statement_timeout)
     return engine
+
+
+@asynccontextmanager
+async def engine_for(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    """An engine of the configured database for one command, disposed of afterwards."""
+    engine = create_engine(settings)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
 
 
 def _unicode_lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # SQLite's own lower() folds ASCII only; lookups that ignore case (search, user names, gift
-    # codes) must fold every letter, as on PostgreSQL. Deterministic, so expression indexes on
-    # lower() stay valid: every connection of the service, migrations included, uses this one.
-    dbapi_connection.create_function("lower", 1, _unicode_lower, deterministic=True)
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.close()
+# SQLite calls the statement deadline check every this many virtual-machine steps.
+_DEADLINE_CHECK_STEPS = 1000
+
+
+def _prepare_sqlite(engine: AsyncEngine, statement_timeout: float | None) -> None:
+    lock_wait_ms = math.ceil((statement_timeout or COMMAND_LOCK_WAIT_SECONDS) * 1000)
+
+    def on_connect(dbapi_connection: Any, record: Any) -> None:
+        # SQLite's own lower() folds ASCII only; lookups that ignore case (search, user names, gift
+        # codes) must fold every letter, as on PostgreSQL. Deterministic, so expression indexes on
+        # lower() stay valid: every connection of the service, migrations included, uses this one.
+        dbapi_connection.create_function("lower", 1, _unicode_lower, deterministic=True)
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={lock_wait_ms}")
+        cursor.close()
+        if statement_timeout is not None:
+            deadline = [math.inf]
+            record.info["statement_deadline"] = deadline
+
+            def past_deadline() -> int:
+                # A non-zero answer makes SQLite abort the statement ("interrupted").
+                return 1 if time.monotonic() > deadline[0] else 0
+
+            await_only(
+                dbapi_connection.driver_connection.set_progress_handler(past_deadline, _DEADLINE_CHECK_STEPS)
+            )
+
+    event.listen(engine.sync_engine, "connect", on_connect)
+    if statement_timeout is None:
+        return
+
+    def start_statement(connection: Any, *_args: Any) -> None:
+        deadline = connection.connection.info.get("statement_deadline")
+        if deadline is not None:
+            deadline[0] = time.monotonic() + statement_timeout
+
+    def end_statement(connection: Any, *_args: Any) -> None:
+        deadline = connection.connection.info.get("statement_deadline")
+        if deadline is not None:
+            deadline[0] = math.inf
+
+    event.listen(engine.sync_engine, "before_cursor_execute", start_statement)
+    event.listen(engine.sync_engine, "after_cursor_execute", end_statement)
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -1,25 +1,29 @@
-"""`GET /up`: whether this worker can reach its database (and Redis, when configured).
+"""`GET /up`: whether this worker can answer the API, and what of it is degraded.
 
-Outside `/api`, for load balancers and orchestrators: 200 when every dependency answers, else 503
-naming what failed. Each probe is bounded so that a hung dependency still gives an answer.
+Outside `/api`, for load balancers and orchestrators. The database is required: without it the API
+cannot answer, and `/up` says 503. The shared store (Redis) is not: while it is down the API still
+answers (limiters admit every request, caches miss), so `/up` stays 200 and names the store under
+`degraded`, with what that costs. Each probe is bounded so that a hung dependency still gives an
+answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy import text
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from marketplace.http.json import JsonAnswer
-from marketplace.http.stores import RedisStore
 from marketplace.services import Services
 
 logger = logging.getLogger("marketplace.health")
 
 PROBE_TIMEOUT_SECONDS = 2.0
+REDIS_DEGRADED = "redis: rate limits are not enforced and upstream answers are not cached"
 
 
 class HealthCheck:
@@ -31,26 +35,30 @@ class HealthCheck:
             await connection.execute(text("SELECT 1"))
 
     async def _redis(self) -> None:
-        store = self.services.store
-        if isinstance(store, RedisStore):
-            await store.ping()
+        await self.services.store.ping()
 
-    async def report(self) -> tuple[bool, dict[str, str]]:
-        checks: dict[str, str] = {}
-        healthy = True
-        probes = {"database": self._database}
+    async def _probe(self, name: str, probe: Callable[[], Awaitable[None]]) -> bool:
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
+                await probe()
+        except Exception as error:  # any failure of a dependency is reported, not raised
+            logger.warning("health check: %s failed: %s", name, error)
+            return False
+        return True
+
+    async def report(self) -> tuple[int, dict[str, object]]:
+        """The status code and body: 200 while the API can answer, with the degraded parts named."""
+        database_ok = await self._probe("database", self._database)
+        checks = {"database": "ok" if database_ok else "failing"}
+        degraded: list[str] = []
         if self.services.settings.redis_url:
-            probes["redis"] = self._redis
-        for name, probe in probes.items():
-            try:
-                async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
-                    await probe()
-                checks[name] = "ok"
-            except Exception as error:  # any failure of a dependency is reported, not raised
-                logger.warning("health check: %s failed: %s", name, error)
-                checks[name] = "failing"
-                healthy = False
-        return healthy, checks
+            redis_ok = await self._probe("redis", self._redis)
+            checks["redis"] = "ok" if redis_ok else "failing"
+            if not redis_ok:
+                degraded.append(REDIS_DEGRADED)
+        if not database_ok:
+            return 503, {"status": "failing", "checks": checks, "degraded": degraded}
+        return 200, {"status": "degraded" if degraded else "ok", "checks": checks, "degraded": degraded}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         response: Response
@@ -59,9 +67,6 @@ class HealthCheck:
                 {"message": "Method Not Allowed"}, status_code=405, headers={"Allow": "GET, HEAD"}
             )
         else:
-            healthy, checks = await self.report()
-            response = JsonAnswer(
-                {"status": "ok" if healthy else "failing", "checks": checks},
-                status_code=200 if healthy else 503,
-            )
+            status, body = await self.report()
+            response = JsonAnswer(body, status_code=status, headers={"Cache-Control": "no-store"})
         await response(scope, receive, send)

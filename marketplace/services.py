@@ -7,15 +7,22 @@ import hmac
 import logging
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
+from sqlalchemy import QueuePool, event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from marketplace.config import Settings
 from marketplace.db import create_engine, session_factory
-from marketplace.http.stores import MemoryStore, RedisStore, Store
+from marketplace.http.cache import AnswerCache
+from marketplace.stores import MemoryStore, RedisStore, Store
+from marketplace.telemetry.metrics import DB_POOL_CAPACITY, DB_POOL_IN_USE
 
 logger = logging.getLogger("marketplace")
+
+# How much longer than the upstream timeout a request may wait for another process's upstream call.
+_CACHE_WAIT_MARGIN_SECONDS = 0.5
 
 
 @dataclass
@@ -27,6 +34,7 @@ class Services:
     # Writes (the grant) run in a transaction.
     write_sessions: async_sessionmaker[AsyncSession]
     store: Store
+    answers: AnswerCache
     http: httpx.AsyncClient
     app_key: bytes
 
@@ -34,31 +42,54 @@ class Services:
         """Keyed hash of a client address, as the activity log stores it."""
         return hmac.new(self.app_key, ip.encode("utf-8"), hashlib.sha256).hexdigest()
 
+    def use_store(self, store: Store) -> None:
+        """Replace the store (limiters and caches alike)."""
+        self.store = store
+        self.answers.store = store
+
     async def close(self) -> None:
         await self.http.aclose()
         await self.store.close()
         await self.engine.dispose()
+        DB_POOL_CAPACITY.set(0)
 
 
 def build_store(settings: Settings) -> Store:
     if settings.redis_url:
         return RedisStore(settings.redis_url, prefix=settings.redis_prefix)
-    return MemoryStore()
+    return MemoryStore(max_keys=settings.memory_store_max_keys)
+
+
+def _count_pool_usage(engine: AsyncEngine, settings: Settings) -> None:
+    if isinstance(engine.sync_engine.pool, QueuePool):
+        DB_POOL_CAPACITY.set(settings.db_pool_size + settings.db_max_overflow)
+
+    def checked_out(*_args: Any) -> None:
+        DB_POOL_IN_USE.inc()
+
+    def checked_in(*_args: Any) -> None:
+        DB_POOL_IN_USE.dec()
+
+    event.listen(engine.sync_engine, "checkout", checked_out)
+    event.listen(engine.sync_engine, "checkin", checked_in)
 
 
 def build_services(settings: Settings) -> Services:
-    engine = create_engine(settings)
+    engine = create_engine(settings, statement_timeout=settings.db_statement_timeout_seconds)
+    _count_pool_usage(engine, settings)
     if settings.app_key:
         app_key = settings.app_key.encode("utf-8")
     else:
         logger.warning("MARKETPLACE_APP_KEY is unset: activity-log address hashes differ between processes")
         app_key = secrets.token_bytes(32)
+    store = build_store(settings)
     return Services(
         settings=settings,
         engine=engine,
         sessions=session_factory(engine.execution_options(isolation_level="AUTOCOMMIT")),
         write_sessions=session_factory(engine),
-        store=build_store(settings),
+        store=store,
+        answers=AnswerCache(store, settings.upstream_timeout_seconds + _CACHE_WAIT_MARGIN_SECONDS),
         # Each call's total time is bounded by asyncio.timeout in the upstream clients; this one
         # bounds each phase so that a stalled connect never outlives that.
         http=httpx.AsyncClient(

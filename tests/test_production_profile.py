@@ -9,7 +9,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,39 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from marketplace.health import REDIS_DEGRADED
 from tests.catalogue import catalogue
+from tests.live import MARKETPLACE, free_port, stop, wait_until_up
 from tests.profiles import POSTGRES_ADMIN_URL, REDIS_URL, postgres_admin, require_service, unique_name
 from tests.upstream import FakeUpstream
-
-MARKETPLACE = str(Path(sys.executable).with_name("marketplace"))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_until_up(base_url: str, deadline_seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + deadline_seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base_url}/up", timeout=1.0).status_code in (200, 503):
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{base_url} did not start within {deadline_seconds} s")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
 
 
 @pytest.fixture
@@ -200,9 +171,14 @@ def test_answers_keep_coming_while_redis_is_blocked_or_down(
             blocked = [http.get("/api/v1/resource/1") for _ in range(20)]
             assert [r.status_code for r in blocked] == [200] * 20
             assert all(r.json()["id"] == 1 for r in blocked)
+            # The API still answers, so the instance stays in the load balancer: 200, Redis named as degraded.
             health = http.get("/up")
-            assert health.status_code == 503
-            assert health.json()["checks"] == {"database": "ok", "redis": "failing"}
+            assert health.status_code == 200
+            assert health.json() == {
+                "status": "degraded",
+                "checks": {"database": "ok", "redis": "failing"},
+                "degraded": [REDIS_DEGRADED],
+            }
             redis_process.send_signal(signal.SIGCONT)
             redis_process.kill()  # down: connections refused
             redis_process.wait(timeout=5)
@@ -231,6 +207,10 @@ def test_service_recovers_by_itself_after_its_database_connections_drop(
                     assert answer.content == b'{"message":"Server Error"}'
                     assert answer.headers["X-Service-Api-Version"] == "1"
             assert answers[-1].status_code == 200
-            assert http.get("/up").json() == {"status": "ok", "checks": {"database": "ok", "redis": "ok"}}
+            assert http.get("/up").json() == {
+                "status": "ok",
+                "checks": {"database": "ok", "redis": "ok"},
+                "degraded": [],
+            }
     finally:
         stop(process)

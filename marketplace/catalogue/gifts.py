@@ -10,10 +10,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from marketplace.catalogue.members import storable
 from marketplace.models import Gift
 
+# Longest gift code stored.
+CODE_LENGTH = 32
+
 
 async def gift_by_code(session: AsyncSession, code: str) -> Gift | None:
     """The gift whose code equals `code`, ignoring case."""
-    if not storable(code):
+    if not storable(code, CODE_LENGTH):
         return None
     result = await session.execute(select(Gift).where(func.lower(Gift.code) == code.lower()))
     return result.scalars().first()

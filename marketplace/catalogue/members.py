@@ -10,10 +10,15 @@ from marketplace.models import Access, ChatAccount, User
 NAME_LOOKUP_LIMIT = 10
 
 
-def storable(text: str) -> bool:
+# Longest chat-platform user id stored (a snowflake string).
+CHAT_ID_LENGTH = 32
+
+
+def storable(text: str, max_length: int | None = None) -> bool:
     """Whether a caller's text can name a stored value: no database stores a NUL character (PostgreSQL
-    refuses one in a query parameter), so text holding one matches nothing."""
-    return "\x00" not in text
+    refuses one in a query parameter), so text holding one matches nothing; nor can text longer than
+    the column (`max_length`), which is then not even looked up."""
+    return "\x00" not in text and (max_length is None or len(text) <= max_length)
 
 
 async def names_starting_with(session: AsyncSession, prefix: str) -> list[str]:
@@ -50,7 +55,7 @@ async def linked_chat_id(session: AsyncSession, user_id: int) -> str | None:
 
 async def member_by_chat_id(session: AsyncSession, chat_id: str) -> User | None:
     """The member who linked this chat account; None when nobody did or the account is closed or deleted."""
-    if not storable(chat_id):
+    if not storable(chat_id, CHAT_ID_LENGTH):
         return None
     result = await session.execute(
         select(User)

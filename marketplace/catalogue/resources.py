@@ -20,16 +20,8 @@ from marketplace.models import (
     Version,
 )
 
-# Ids are 32-bit on every supported database; a longer number names no row.
+# Ids are 32-bit on every supported database; a larger number names no row.
 MAX_ID = 2**31 - 1
-
-
-def parse_id(segment: str) -> int | None:
-    """A path segment of plain digits (leading zeros allowed) as an id; None for anything else."""
-    if not segment.isascii() or not segment.isdigit():
-        return None
-    value = int(segment)
-    return value if 0 < value <= MAX_ID else None
 
 
 # Visible to anonymous callers: resolvable by id.

@@ -1,37 +1,98 @@
-"""The client address: every proxy is trusted, so it comes from `X-Forwarded-For`.
+"""The client address of a request, from `X-Forwarded-For` as far as the proxies are trusted.
 
-The right-most entry that is a valid IP address and differs from the socket peer is the client;
-with no usable entry, the socket peer itself.
+With every proxy trusted (`*`, the contract's rule), the client is the right-most entry that is a
+valid IP address and differs from the socket peer; with no usable entry, the socket peer.
+
+With a list of trusted proxies, the header is read only when the socket peer is one of them; then
+the entries are walked from the right past trusted hops, and the first address that is not
+trusted is the client. An entry that is not an address ends the walk: nothing to its left can be
+believed, so the nearest trusted hop is the client. When every entry is trusted, the left-most is.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from starlette.types import Scope
 
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-def client_ip(scope: Scope) -> str:
+
+@dataclass(frozen=True)
+class TrustedProxies:
+    """`*` (every peer) or the networks whose forwarded-for header is believed."""
+
+    everyone: bool
+    networks: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def parse(cls, setting: str) -> TrustedProxies:
+        """`*`, or a comma-separated list of addresses and CIDRs (an empty list trusts nobody)."""
+        if setting.strip() == "*":
+            return cls(everyone=True)
+        networks: list[IPNetwork] = []
+        for entry in setting.split(","):
+            entry = entry.strip()
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                raise ValueError(f"not an address or CIDR: {entry!r}") from None
+        return cls(everyone=False, networks=tuple(networks))
+
+    def trusts(self, address: IPAddress) -> bool:
+        if self.everyone:
+            return True
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in network for network in self.networks)
+
+
+EVERY_PROXY = TrustedProxies(everyone=True)
+
+
+def client_ip(scope: Scope, trusted: TrustedProxies = EVERY_PROXY) -> str:
     client = scope.get("client")
-    peer = client[0] if client else "127.0.0.1"
-    forwarded = ",".join(
+    peer = str(client[0]) if client else "127.0.0.1"
+    forwarded = [
         value.decode("latin-1") for name, value in scope.get("headers", ()) if name == b"x-forwarded-for"
-    )
-    if forwarded:
-        address = _rightmost_client(forwarded, peer)
-        if address is not None:
-            return address
-    return str(peer)
+    ]
+    if not forwarded:
+        return peer
+    entries = ",".join(forwarded).split(",")
+    if trusted.everyone:
+        return _rightmost_client(entries, peer) or peer
+    return _first_untrusted(entries, peer, trusted)
 
 
-def _rightmost_client(header: str, peer: str) -> str | None:
-    for entry in reversed(header.split(",")):
-        candidate = entry.strip()
-        try:
-            address = ipaddress.ip_address(candidate)
-        except ValueError:
-            continue
-        normalised = str(address)
-        if normalised != peer:
-            return normalised
+def _address(text: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+
+
+def _rightmost_client(entries: Sequence[str], peer: str) -> str | None:
+    for entry in reversed(entries):
+        address = _address(entry)
+        if address is not None and str(address) != peer:
+            return str(address)
     return None
+
+
+def _first_untrusted(entries: Sequence[str], peer: str, trusted: TrustedProxies) -> str:
+    nearest = _address(peer)
+    if nearest is None or not trusted.trusts(nearest):
+        return peer
+    for entry in reversed(entries):
+        address = _address(entry)
+        if address is None:
+            break
+        nearest = address
+        if not trusted.trusts(address):
+            break
+    return str(nearest)

@@ -24,28 +24,90 @@ _TRIMMED = (
 
 _ARRAY_KEY = re.compile(r"^([^\[]+)((?:\[[^\]]*\])+)")
 _SUBKEY = re.compile(r"\[([^\]]*)\]")
+# A key PHP stores as an integer: canonical decimal digits within 64 bits.
+_INTEGER_KEY = re.compile(r"^(0|-?[1-9][0-9]{0,18})$")
+_INT64_MAX = 2**63 - 1
+
+# PHP's limits on request input: variables read per query string or form (`max_input_vars`; the
+# rest is ignored), nesting of `a[b][c]` keys (`max_input_nesting_level`; a deeper variable is
+# dropped), and nesting of a JSON document (`json_decode`'s depth; a deeper one does not decode).
+MAX_INPUT_VARIABLES = 1000
+MAX_INPUT_NESTING = 64
+MAX_JSON_DEPTH = 512
+
+# A UTF-16 surrogate left in decoded JSON text was an unpaired `\uD800`-style escape, which PHP's
+# decoder refuses.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def clean(value: Any) -> Any:
-    """Trim strings and turn empty ones into None, recursively."""
+def _clean_scalar(value: Any) -> Any:
     if isinstance(value, str):
         trimmed = value.strip(_TRIMMED)
         return trimmed if trimmed else None
-    if isinstance(value, dict):
-        return {key: clean(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [clean(item) for item in value]
     return value
 
 
+def clean(value: Any) -> Any:
+    """Trim strings and turn empty ones into None, through every array and map.
+
+    Walked with a stack, not recursion: a JSON body may nest hundreds of levels deep.
+    """
+    if not isinstance(value, dict | list):
+        return _clean_scalar(value)
+    cleaned: dict[Any, Any] | list[Any] = {} if isinstance(value, dict) else []
+    pending: list[tuple[Any, dict[Any, Any] | list[Any]]] = [(value, cleaned)]
+    while pending:
+        source, target = pending.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in items:
+            child: Any
+            if isinstance(item, dict | list):
+                child = {} if isinstance(item, dict) else []
+                pending.append((item, child))
+            else:
+                child = _clean_scalar(item)
+            if isinstance(target, dict):
+                target[key] = child
+            else:
+                target.append(child)
+    return cleaned
+
+
+class _PhpArray(dict[str, Any]):
+    """A map being parsed, with PHP's next free integer key, so that `a[]=` costs constant time."""
+
+    __slots__ = ("next_free",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_free: int | None = None
+
+    def place(self, key: str) -> str:
+        """The key a value is stored under: `""` appends; an integer key moves the next free one."""
+        if key == "":
+            key = str(self.next_free if self.next_free is not None else 0)
+        if _INTEGER_KEY.match(key):
+            number = int(key)
+            if -_INT64_MAX - 1 <= number <= _INT64_MAX and (
+                self.next_free is None or number >= self.next_free
+            ):
+                self.next_free = number + 1
+        return key
+
+
 def parse_query(raw: str) -> dict[str, Any]:
-    """Parse a query string as PHP does: `a[]=1&a[]=2` is an array, `a[k]=v` a map, last wins."""
-    result: dict[str, Any] = {}
-    if not raw:
-        return result
+    """Parse a query string as PHP does: `a[]=1&a[]=2` is an array, `a[k]=v` a map, last wins.
+
+    Linear in the length of `raw`; at most `MAX_INPUT_VARIABLES` variables are read.
+    """
+    result = _PhpArray()
+    read = 0
     for pair in raw.split("&"):
         if not pair:
             continue
+        if read == MAX_INPUT_VARIABLES:
+            break
+        read += 1
         name, _, value = pair.partition("=")
         key = unquote_plus(name)
         decoded = unquote_plus(value)
@@ -54,36 +116,71 @@ def parse_query(raw: str) -> dict[str, Any]:
             if key:
                 result[key] = decoded
             continue
-        _assign_nested(result, match.group(1), _SUBKEY.findall(match.group(2)), decoded)
-    return result
+        subkeys = _SUBKEY.findall(match.group(2))
+        if len(subkeys) > MAX_INPUT_NESTING:
+            continue
+        _assign_nested(result, match.group(1), subkeys, decoded)
+    # The top level is always a map of names, even when the names are 0, 1, ...
+    return {name: _as_lists(value) for name, value in result.items()}
 
 
-def _assign_nested(target: dict[str, Any], base: str, subkeys: list[str], value: str) -> None:
-    container: Any = target
-    key: str = base
+def _assign_nested(target: _PhpArray, base: str, subkeys: list[str], value: str) -> None:
+    container = target
+    key = base
     for subkey in subkeys:
-        current = container.get(key) if isinstance(container, dict) else None
-        if not isinstance(current, dict):
-            current = {}
+        current = container.get(key)
+        if not isinstance(current, _PhpArray):
+            current = _PhpArray()
             container[key] = current
         container = current
-        key = subkey if subkey != "" else str(_next_index(container))
+        key = container.place(subkey)
     container[key] = value
-
-
-def _next_index(container: dict[str, Any]) -> int:
-    indexes = [int(k) for k in container if k.lstrip("-").isdigit()]
-    return max(indexes) + 1 if indexes else 0
 
 
 def _as_lists(value: Any) -> Any:
     """PHP arrays with keys 0..n-1 become lists, so that they encode and compare as arrays."""
     if isinstance(value, dict):
         converted = {k: _as_lists(v) for k, v in value.items()}
-        if converted and list(converted) == [str(i) for i in range(len(converted))]:
+        if converted and all(key == str(index) for index, key in enumerate(converted)):
             return list(converted.values())
         return converted
     return value
+
+
+def decode_json(body: bytes) -> Any:
+    """The JSON document in `body` as PHP's `json_decode` reads it; None when PHP would refuse it.
+
+    Refused: text that is not UTF-8, invalid JSON, `NaN`/`Infinity`, nesting deeper than
+    `MAX_JSON_DEPTH`, and unpaired surrogate escapes.
+    """
+    try:
+        value = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return None
+    return value if _acceptable_json(value) else None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _acceptable_json(value: Any) -> bool:
+    """Nesting at most `MAX_JSON_DEPTH` deep and no surrogate in any string (walked without recursion)."""
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return False
+        elif isinstance(item, dict | list):
+            if depth == MAX_JSON_DEPTH:
+                return False
+            if isinstance(item, dict):
+                pending.extend((key, depth) for key in item)
+                pending.extend((child, depth + 1) for child in item.values())
+            else:
+                pending.extend((child, depth + 1) for child in item)
+    return True
 
 
 class RequestInput:
@@ -103,20 +200,17 @@ class RequestInput:
 
 def read_query(request: Request) -> RequestInput:
     query = request.scope.get("query_string", b"").decode("utf-8", errors="replace")
-    return RequestInput(clean(_as_lists(parse_query(query))))
+    return RequestInput(clean(parse_query(query)))
 
 
 async def read_input(request: Request) -> RequestInput:
     """Query and body merged (body wins), cleaned."""
     query_string = request.scope.get("query_string", b"").decode("utf-8", errors="replace")
-    fields: dict[str, Any] = _as_lists(parse_query(query_string))
+    fields: dict[str, Any] = parse_query(query_string)
     content_type = request.headers.get("content-type", "").lower()
     if "json" in content_type:
         body = await request.body()
-        try:
-            decoded = json.loads(body) if body else None
-        except (ValueError, UnicodeDecodeError):
-            decoded = None
+        decoded = decode_json(body) if body else None
         if isinstance(decoded, dict):
             fields.update(decoded)
     elif request.method not in ("GET", "HEAD") and (
@@ -130,7 +224,7 @@ async def read_input(request: Request) -> RequestInput:
 async def _read_form(request: Request, content_type: str) -> dict[str, Any]:
     if content_type.startswith("application/x-www-form-urlencoded"):
         body = await request.body()
-        return dict(_as_lists(parse_query(body.decode("utf-8", errors="replace"))))
+        return parse_query(body.decode("utf-8", errors="replace"))
     try:
         form = await request.form()
     except Exception:  # a malformed multipart body reads as an empty form, as PHP does
@@ -140,4 +234,4 @@ async def _read_form(request: Request, content_type: str) -> dict[str, Any]:
         for key, value in form.multi_items()
         if isinstance(value, str)
     )
-    return dict(_as_lists(parse_query(pairs)))
+    return parse_query(pairs)

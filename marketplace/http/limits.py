@@ -10,17 +10,23 @@ that refused, with `Retry-After` and `X-RateLimit-Reset`.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from marketplace.http.stores import Store, WindowHit
+from marketplace.stores import Store, WindowHit
+from marketplace.telemetry.metrics import LIMITER_REFUSALS
+
+logger = logging.getLogger("marketplace.limits")
 
 WINDOW_SECONDS = 60
 
 
 @dataclass(frozen=True, slots=True)
 class Limit:
+    # The limiter's name, as metrics and logs show it.
+    name: str
     max_attempts: int
     key: str
 
@@ -35,21 +41,9 @@ class CountedLimit:
 LimitRule = Callable[[str, Mapping[str, str]], Sequence[Limit]]
 
 
-def _key(*parts: str) -> str:
+def limit_key(*parts: str) -> str:
     # Path keys are caller-chosen text of any length: store a fixed-size digest of them.
     return "limit:" + hashlib.sha1("|".join(parts).encode("utf-8")).hexdigest()
-
-
-def api_limits(ip: str, _params: Mapping[str, str]) -> Sequence[Limit]:
-    return (Limit(120, _key("api", ip)),)
-
-
-def search_limits(ip: str, _params: Mapping[str, str]) -> Sequence[Limit]:
-    return (Limit(60, _key("search", ip)),)
-
-
-def licence_limits(ip: str, params: Mapping[str, str]) -> Sequence[Limit]:
-    return (Limit(60, _key("licence", "key", params.get("key", ""))), Limit(240, _key("licence", "ip", ip)))
 
 
 class TooManyRequests(Exception):
@@ -69,6 +63,13 @@ async def enforce(store: Store, limits: Sequence[Limit]) -> list[CountedLimit]:
     for limit in limits:
         hit = await store.hit(limit.key, limit.max_attempts, WINDOW_SECONDS)
         if not hit.allowed:
+            LIMITER_REFUSALS.labels(limit.name).inc()
+            logger.warning(
+                "the %s limiter refused a request (%d per %d s)",
+                limit.name,
+                limit.max_attempts,
+                WINDOW_SECONDS,
+            )
             raise TooManyRequests(limit, hit)
         counted.append(CountedLimit(limit, max(0, limit.max_attempts - hit.count)))
     return counted

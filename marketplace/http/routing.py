@@ -14,15 +14,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from marketplace.http.client_ip import client_ip
 from marketplace.http.errors import SERVER_ERROR_MESSAGE, ApiError
 from marketplace.http.input import RequestInput, read_input, read_query
 from marketplace.http.json import JsonAnswer, error_body
 from marketplace.http.limits import LimitRule, TooManyRequests, enforce, limit_headers
+from marketplace.http.observation import UNMATCHED_ROUTE, request_client_ip, set_route_name
+from marketplace.telemetry.metrics import DB_POOL_TIMEOUTS
 
 if TYPE_CHECKING:
     from marketplace.services import Services
@@ -125,9 +127,11 @@ class ApiRouter:
         path: str = scope["path"]
         matched = self.match(method, path)
         if isinstance(matched, list):
+            set_route_name(scope, UNMATCHED_ROUTE)
             response = self._unmatched(method, path, matched)
         else:
             route, params = matched
+            set_route_name(scope, route.name)
             response = await self._dispatch(scope, receive, route, params)
         await response(scope, receive, send)
 
@@ -143,7 +147,7 @@ class ApiRouter:
     async def _dispatch(
         self, scope: Scope, receive: Receive, route: ApiRoute, params: dict[str, str]
     ) -> Response:
-        ip = client_ip(scope)
+        ip = request_client_ip(scope)
         limits = [limit for rule in (*self.group_limits, *route.limits) for limit in rule(ip, params)]
         try:
             counted = await enforce(self.services.store, limits)
@@ -159,10 +163,14 @@ class ApiRouter:
                 status_code=error.status_code,
                 media_type="application/json",
             )
-        except Exception:
+        except Exception as error:
             # A failure inside a counted request still answers with the limiter headers, as every
             # error answer does; the envelope only catches what happens outside the route.
-            logger.exception("unhandled error in %s", route.name)
+            if isinstance(error, PoolTimeout):
+                DB_POOL_TIMEOUTS.inc()
+                logger.error("no free database connection for %s within the pool timeout", route.name)
+            else:
+                logger.exception("unhandled error in %s", route.name)
             response = Response(
                 error_body(SERVER_ERROR_MESSAGE), status_code=500, media_type="application/json"
             )

@@ -12,6 +12,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.engine import URL, make_url
 
+from marketplace.db import masked_url
+
 # The earlier platform's tables, by default name.
 EARLIER_TABLES = (
     "users",
@@ -35,10 +37,10 @@ def source_url(raw: str) -> URL:
     try:
         url = make_url(raw)
     except Exception as error:  # ArgumentError, ValueError
-        raise SourceError(f"invalid source URL {raw!r}: {error}") from None
+        raise SourceError(f"invalid source URL {masked_url(raw)!r}: {masked_url(str(error))}") from None
     backend = url.get_backend_name()
     if backend in ("mysql", "mariadb") and "+" not in url.drivername:
-        # The pure-Python driver the service ships with.
+        # The pure-Python driver of the `mysql` extra.
         url = url.set(drivername=f"{backend}+pymysql")
     return url
 
@@ -58,7 +60,12 @@ def parse_table_overrides(pairs: tuple[str, ...]) -> dict[str, str]:
 
 class EarlierDatabase:
     def __init__(self, url: str, overrides: Mapping[str, str] | None = None) -> None:
-        self.engine: Engine = create_engine(source_url(url))
+        try:
+            self.engine: Engine = create_engine(source_url(url))
+        except ModuleNotFoundError as missing:
+            raise SourceError(
+                f"reading this database needs the {missing.name} driver: pip install 'marketplace[mysql]'"
+            ) from None
         self.names = {name: (overrides or {}).get(name, name) for name in EARLIER_TABLES}
         try:
             inspector = inspect(self.engine)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 import httpx
+
+from marketplace.upstream.calls import get_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,15 +21,7 @@ async def fetch_chat_server(
 ) -> ChatServer | None:
     """The server's public information, or None for any failure (disabled widget, unknown server,
     network error, timeout, unexpected body)."""
-    url = f"{chat_api_url}/guilds/{server_id}/widget.json"
-    try:
-        async with asyncio.timeout(timeout_seconds):
-            response = await http.get(url, headers={"Accept": "application/json"})
-            if not response.is_success:
-                return None
-            widget = response.json()
-    except (httpx.HTTPError, TimeoutError, ValueError):
-        return None
+    widget = await get_json(http, "chat", f"{chat_api_url}/guilds/{server_id}/widget.json", timeout_seconds)
     if not isinstance(widget, dict):
         return None
     widget_id = widget.get("id")

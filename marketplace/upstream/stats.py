@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -10,6 +9,8 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+
+from marketplace.upstream.calls import get_json
 
 # The statistics service's software ids and the URL segment of each.
 SOFTWARE_SEGMENTS = {
@@ -21,7 +22,9 @@ SOFTWARE_SEGMENTS = {
     6: "velocity",
 }
 
-_NUMERIC_STRING = re.compile(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")
+_NUMERIC_STRING = re.compile(r"^\s*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$")
+# A chart value beyond a 64-bit integer is unusable (PHP's integer cast would overflow).
+_INT64 = 2**63
 
 
 def percent_encode(text: str) -> str:
@@ -29,23 +32,11 @@ def percent_encode(text: str) -> str:
     return quote(text, safe="")
 
 
-async def _get_json(http: httpx.AsyncClient, url: str, timeout_seconds: float) -> Any:
-    """The decoded JSON of a 2xx answer; None for any failure."""
-    try:
-        async with asyncio.timeout(timeout_seconds):
-            response = await http.get(url, headers={"Accept": "application/json"})
-            if not response.is_success:
-                return None
-            return response.json()
-    except (httpx.HTTPError, TimeoutError, ValueError):
-        return None
-
-
 async def fetch_stats_page_url(
     http: httpx.AsyncClient, stats_api_url: str, stats_page_url: str, stats_id: str, timeout_seconds: float
 ) -> str | None:
     """`{stats_page_url}/{segment}/{name}/{stats_id}`, or None when upstream gives nothing usable."""
-    plugin = await _get_json(http, f"{stats_api_url}/{stats_id}", timeout_seconds)
+    plugin = await get_json(http, "stats", f"{stats_api_url}/{stats_id}", timeout_seconds)
     if not isinstance(plugin, dict):
         return None
     name = plugin.get("name")
@@ -59,8 +50,8 @@ def _software_segment(software: Any) -> str | None:
     if not isinstance(software, dict):
         return None
     software_id = software.get("id")
-    if isinstance(software_id, str) and software_id.isdigit():
-        software_id = int(software_id)
+    if isinstance(software_id, str) and software_id.isascii() and software_id.isdigit():
+        software_id = int(software_id) if len(software_id) <= 18 else None
     if (
         isinstance(software_id, int)
         and not isinstance(software_id, bool)
@@ -76,7 +67,7 @@ async def fetch_chart_value(
 ) -> int | None:
     """The first pair's value of the chart, as an integer; None when it is missing or not numeric."""
     url = f"{stats_api_url}/{stats_id}/charts/{percent_encode(chart)}/data/?maxElements=1"
-    points = await _get_json(http, url, timeout_seconds)
+    points = await get_json(http, "stats", url, timeout_seconds)
     if not isinstance(points, list) or not points:
         return None
     first = points[0]
@@ -87,15 +78,21 @@ async def fetch_chart_value(
 
 def numeric_to_int(value: Any) -> int | None:
     """A numeric value (number or numeric string) truncated toward zero; None for anything else."""
+    number: int | float | Decimal
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) else None
-    if isinstance(value, str) and _NUMERIC_STRING.match(value):
+    if isinstance(value, int | float):
+        number = value
+    elif isinstance(value, str) and _NUMERIC_STRING.match(value):
         try:
-            return int(Decimal(value.strip()))
-        except (InvalidOperation, ValueError, OverflowError):
+            number = Decimal(value.strip())
+        except InvalidOperation:
             return None
-    return None
+    else:
+        return None
+    # Compared before converting: the integer of a value such as 1e999999999 would take ages.
+    if isinstance(number, float) and not math.isfinite(number):
+        return None
+    if not -_INT64 < number < _INT64:
+        return None
+    return int(number)

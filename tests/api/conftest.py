@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from marketplace.http.stores import MemoryStore
 from marketplace.services import Services
+from marketplace.stores import MemoryStore
 from tests.api.helpers import Clock
 
 
@@ -14,5 +14,5 @@ async def clock(services: Services) -> Clock:
     """The app's store replaced by an in-process one whose time the test moves."""
     moved = Clock()
     await services.store.close()
-    services.store = MemoryStore(clock=moved)
+    services.use_store(MemoryStore(clock=moved))
     return moved

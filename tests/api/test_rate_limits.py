@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import httpx
 
-from marketplace.http.stores import MemoryStore
+from marketplace.config import Settings
 from marketplace.services import Services
-from tests.api.helpers import Clock, assert_refused_by
-from tests.conftest import make_client
+from marketplace.stores import MemoryStore
+from tests.api.helpers import Clock, assert_refused_by, catalogue_client
+from tests.catalogue import MEMBER_CHAT_ID
+from tests.conftest import GRANT_SECRET, make_client
 from tests.profiles import sqlite_only
 
 TOO_MANY = b'{"message":"Too many requests."}'
@@ -74,7 +76,7 @@ async def test_the_window_lasts_60_seconds_from_its_first_request(
 ) -> None:
     clock = Clock()
     await services.store.close()
-    services.store = MemoryStore(clock=clock)
+    services.use_store(MemoryStore(clock=clock))
     await spend(client, 120)
     clock.now += 59
     assert (await client.get(CHEAP)).status_code == 429
@@ -164,3 +166,44 @@ async def test_search_admits_60_per_window_and_exhausting_it_leaves_other_routes
     assert other.status_code == 302
     # The group counted the 60 searches and the refused one (search refused it, not the group).
     assert remaining(other) == ("120", "58")
+
+
+# With MARKETPLACE_TRUSTED_PROXIES naming the proxies, a caller cannot choose its own key.
+
+
+async def test_with_trusted_proxies_a_forged_forwarded_for_does_not_buy_a_new_budget(
+    settings: Settings,
+) -> None:
+    async with catalogue_client(settings, trusted_proxies="10.0.0.0/8") as direct:
+        for number in range(120):
+            response = await direct.get(CHEAP, headers={"X-Forwarded-For": f"203.0.113.{number % 250}"})
+            assert response.status_code == 302
+        refused = await direct.get(CHEAP, headers={"X-Forwarded-For": "198.51.100.77"})
+        assert_refused_by(refused, 120)
+
+
+async def test_with_trusted_proxies_each_client_behind_the_proxy_keeps_its_own_budget(
+    settings: Settings,
+) -> None:
+    # The test client connects from 127.0.0.1, the trusted proxy here.
+    async with catalogue_client(settings, trusted_proxies="127.0.0.1") as through_proxy:
+        await spend(through_proxy, 120, **{"X-Forwarded-For": "203.0.113.1"})
+        assert (await through_proxy.get(CHEAP, headers={"X-Forwarded-For": "203.0.113.1"})).status_code == 429
+        assert (await through_proxy.get(CHEAP, headers={"X-Forwarded-For": "203.0.113.2"})).status_code == 302
+
+
+async def test_wrong_grant_secrets_are_limited_like_every_other_call(settings: Settings) -> None:
+    async with catalogue_client(settings, trusted_proxies="10.0.0.0/8") as guesser:
+        for attempt in range(120):
+            guess = await guesser.post(
+                f"/api/v1/chat/{MEMBER_CHAT_ID}/apply/1",
+                data={"custom_password": f"guess-{attempt}"},
+                headers={"X-Forwarded-For": f"198.51.100.{attempt % 250}"},
+            )
+            assert guess.status_code == 403
+        refused = await guesser.post(
+            f"/api/v1/chat/{MEMBER_CHAT_ID}/apply/1",
+            data={"custom_password": GRANT_SECRET},
+            headers={"X-Forwarded-For": "198.51.100.250"},
+        )
+        assert_refused_by(refused, 120)

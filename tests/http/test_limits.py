@@ -6,18 +6,16 @@ import time
 
 import pytest
 
+from marketplace.api.v1 import api_limits, licence_limits, search_limits
 from marketplace.http.limits import (
     WINDOW_SECONDS,
     CountedLimit,
     Limit,
     TooManyRequests,
-    api_limits,
     enforce,
-    licence_limits,
     limit_headers,
-    search_limits,
 )
-from marketplace.http.stores import MemoryStore, WindowHit
+from marketplace.stores import MemoryStore, WindowHit
 
 
 class Clock:
@@ -105,13 +103,13 @@ async def test_keys_have_separate_windows(store: MemoryStore) -> None:
 
 
 async def test_enforce_counts_each_limit_and_reports_remaining(store: MemoryStore) -> None:
-    group, route = Limit(5, "group"), Limit(3, "route")
+    group, route = Limit("group", 5, "group"), Limit("route", 3, "route")
     counted = await enforce(store, [group, route])
     assert counted == [CountedLimit(group, 4), CountedLimit(route, 2)]
 
 
 async def test_refusal_by_the_group_limiter_leaves_the_route_limiter_uncounted(store: MemoryStore) -> None:
-    group, route = Limit(1, "group"), Limit(5, "route")
+    group, route = Limit("group", 1, "group"), Limit("route", 5, "route")
     await enforce(store, [group, route])
     with pytest.raises(TooManyRequests) as refused:
         await enforce(store, [group, route])
@@ -120,7 +118,7 @@ async def test_refusal_by_the_group_limiter_leaves_the_route_limiter_uncounted(s
 
 
 async def test_refusal_by_the_route_limiter_still_counted_the_group_limiter(store: MemoryStore) -> None:
-    group, route = Limit(5, "group"), Limit(1, "route")
+    group, route = Limit("group", 5, "group"), Limit("route", 1, "route")
     await enforce(store, [group, route])
     with pytest.raises(TooManyRequests) as refused:
         await enforce(store, [group, route])
@@ -129,12 +127,12 @@ async def test_refusal_by_the_route_limiter_still_counted_the_group_limiter(stor
 
 
 def test_headers_are_those_of_the_limiter_with_smallest_remaining() -> None:
-    counted = [CountedLimit(Limit(120, "api"), 100), CountedLimit(Limit(60, "search"), 40)]
+    counted = [CountedLimit(Limit("api", 120, "api"), 100), CountedLimit(Limit("search", 60, "search"), 40)]
     assert limit_headers(counted) == {"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "40"}
 
 
 def test_headers_on_a_tie_are_those_of_the_first_limiter() -> None:
-    counted = [CountedLimit(Limit(120, "api"), 5), CountedLimit(Limit(60, "search"), 5)]
+    counted = [CountedLimit(Limit("api", 120, "api"), 5), CountedLimit(Limit("search", 60, "search"), 5)]
     assert limit_headers(counted) == {"X-RateLimit-Limit": "120", "X-RateLimit-Remaining": "5"}
     assert limit_headers(list(reversed(counted))) == {"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "5"}
 
@@ -145,7 +143,9 @@ def test_no_limiter_means_no_headers() -> None:
 
 def test_too_many_requests_headers_of_the_refusing_limiter() -> None:
     before = int(time.time())
-    refused = TooManyRequests(Limit(60, "search"), WindowHit(allowed=False, count=60, retry_after=42))
+    refused = TooManyRequests(
+        Limit("search", 60, "search"), WindowHit(allowed=False, count=60, retry_after=42)
+    )
     after = int(time.time())
     headers = refused.headers
     assert set(headers) == {"Retry-After", "X-RateLimit-Reset", "X-RateLimit-Limit", "X-RateLimit-Remaining"}
@@ -156,7 +156,7 @@ def test_too_many_requests_headers_of_the_refusing_limiter() -> None:
 
 
 async def test_a_full_window_raises_with_retry_after_from_the_store(store: MemoryStore, clock: Clock) -> None:
-    limit = Limit(2, "k")
+    limit = Limit("k", 2, "k")
     start = clock.now
     await enforce(store, [limit])
     await enforce(store, [limit])

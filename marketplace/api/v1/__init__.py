@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from marketplace.api.v1 import authors, chat, gifts, licence, payments, resources, stats
-from marketplace.http.limits import api_limits, licence_limits, search_limits
+from marketplace.http.limits import Limit, limit_key
 from marketplace.http.routing import ApiRoute
 
 PREFIX = "/api/v1"
+
+
+def api_limits(ip: str, _params: Mapping[str, str]) -> Sequence[Limit]:
+    """Every route of the group: 120 a minute per client address."""
+    return (Limit("api", 120, limit_key("api", ip)),)
+
+
+def search_limits(ip: str, _params: Mapping[str, str]) -> Sequence[Limit]:
+    """Search, on top of the group's: 60 a minute per client address."""
+    return (Limit("search", 60, limit_key("search", ip)),)
+
+
+def licence_limits(ip: str, params: Mapping[str, str]) -> Sequence[Limit]:
+    """The licence check, on top of the group's: 60 a minute per key and 240 per client address."""
+    return (
+        Limit("licence_key", 60, limit_key("licence", "key", params.get("key", ""))),
+        Limit("licence_ip", 240, limit_key("licence", "ip", ip)),
+    )
+
+
 GROUP_LIMITS = (api_limits,)
 
 ROUTES = (

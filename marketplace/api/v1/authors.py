@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
+from marketplace.api.v1.bindings import parse_id
 from marketplace.catalogue import members
-from marketplace.catalogue.resources import parse_id
 from marketplace.http.errors import NotFound
 from marketplace.http.json import JsonAnswer
 from marketplace.http.routing import ApiCall

@@ -7,28 +7,16 @@ from typing import Any
 
 from starlette.responses import Response
 
-from marketplace.api.v1.resources import bound_resource, storage_url
+from marketplace.api.v1.bindings import bound_resource
+from marketplace.api.v1.objects import access_object, storage_url
 from marketplace.catalogue import members
 from marketplace.catalogue.access_grants import grant_access
-from marketplace.http.cache import cache_key, remember
 from marketplace.http.errors import ApiError, NotFound
-from marketplace.http.json import EncodedJsonAnswer, JsonAnswer, encode, timestamp
+from marketplace.http.json import EncodedJsonAnswer, JsonAnswer, encode
 from marketplace.http.routing import ApiCall
-from marketplace.models import Access
 from marketplace.upstream.chat_widget import fetch_chat_server
 
 CHAT_SERVER_TTL_SECONDS = 600
-
-
-def access_object(access: Access) -> dict[str, Any]:
-    return {
-        "id": access.id,
-        "user_id": access.user_id,
-        "plugin_id": access.resource_id,
-        "payment_id": access.payment_id,
-        "created_at": timestamp(access.created_at),
-        "updated_at": timestamp(access.updated_at),
-    }
 
 
 async def authentication(call: ApiCall) -> Response:
@@ -73,9 +61,10 @@ def secret_matches(sent: Any, configured: str | None) -> bool:
 
 async def grant(call: ApiCall) -> Response:
     services = call.services
+    # Read before a connection is taken (the body is in memory already; see http/body.py).
+    password = (await call.input()).get("custom_password")
     async with services.write_sessions() as session:
         resource = await bound_resource(session, call.params["resource"])
-        password = (await call.input()).get("custom_password")
         if not secret_matches(password, services.settings.chat_grant_secret):
             raise ApiError(403, "")
         user = await members.member_by_chat_id(session, call.params["user"])
@@ -106,7 +95,7 @@ async def server(call: ApiCall) -> Response:
         )
         return encode({"id": found.id, "name": found.name, "invite": found.invite}) if found else None
 
-    body = await remember(services.store, cache_key("chat-server", server_id), CHAT_SERVER_TTL_SECONDS, fetch)
+    body = await services.answers.remember("chat-server", (server_id,), CHAT_SERVER_TTL_SECONDS, fetch)
     if body is None:
         raise NotFound()
     return EncodedJsonAnswer(body)

@@ -3,102 +3,77 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from marketplace.api.v1.bindings import bound_resource, parse_id
+from marketplace.api.v1.objects import resource_object, version_object
 from marketplace.catalogue import members
 from marketplace.catalogue.resources import (
-    ResourceView,
     current_version_number,
-    parse_id,
     released_versions,
     search_published,
-    visible_resource,
     visible_resource_view,
 )
-from marketplace.config import Settings
 from marketplace.http.errors import NotFound, ServerError, ValidationFailed
-from marketplace.http.json import JsonAnswer, TextAnswer, json_number, timestamp
+from marketplace.http.input import RequestInput
+from marketplace.http.json import JsonAnswer, TextAnswer
 from marketplace.http.pagination import paginator_envelope
 from marketplace.http.routing import ApiCall
-from marketplace.models import Resource, Version
 
 DEFAULT_PAGE_SIZE = 15
 MAX_PAGE_SIZE = 25
 MAX_QUERY_LENGTH = 80
 MAX_NAME_LENGTH = 255
 NO_RELEASE_TEXT = "(soon)"
+# The largest page PHP's integer validation accepts (a 64-bit integer); beyond it, page 1.
+MAX_PAGE = 2**63 - 1
 
-_INTEGER = re.compile(r"^[+-]?\d+$")
-_PAGE = re.compile(r"^\+?(0|[1-9]\d*)$")
-
-
-def version_object(version: Version) -> dict[str, Any]:
-    return {
-        "id": version.id,
-        "plugin_id": version.resource_id,
-        "version": version.version,
-        "title": version.title,
-        "download": version.download,
-        "created_at": timestamp(version.created_at),
-    }
+_INTEGER = re.compile(r"^([+-]?)0*([0-9]+)$")
+_PAGE = re.compile(r"^\+?(0|[1-9][0-9]*)$")
 
 
-def storage_url(settings: Settings, path: str | None) -> str | None:
-    """`{base_url}/storage/{path}` of a stored file; None when nothing is stored."""
-    if not path:
-        return None
-    return f"{settings.public_base_url}/storage/{path.lstrip('/')}"
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """What a search request asks for, read once from its query string."""
+
+    per_page: int
+    page: int
+    q: str | None
+
+    @classmethod
+    def from_input(cls, query: RequestInput) -> SearchQuery:
+        return cls(per_page=_page_size(query), page=_page_number(query), q=_search_filter(query))
 
 
-def resource_object(view: ResourceView, settings: Settings) -> dict[str, Any]:
-    resource = view.resource
-    rating = view.rating_avg
-    return {
-        "id": resource.id,
-        "user_id": resource.user_id,
-        "name": resource.name,
-        "tag": resource.tag,
-        "price": json_number(resource.price),
-        "category_id": resource.category_id,
-        "unique_id": resource.unique_id,
-        "version_id": view.current_version.id if view.current_version is not None else None,
-        "download": resource.download,
-        "purchases": view.purchases,
-        "logo": storage_url(settings, resource.icon),
-        "version": version_object(view.current_version) if view.current_version is not None else None,
-        "created_at": timestamp(resource.created_at),
-        "updated_at": timestamp(resource.updated_at),
-        "slug": resource.slug,
-        "rating_avg": json_number(round(float(rating), 2)) if rating is not None else 0,
-        "reviews_count": view.reviews_count,
-    }
-
-
-def page_size(call: ApiCall) -> int:
+def _page_size(query: RequestInput) -> int:
     """`size`: an integer string clamped to 1..25, 15 when missing, 1 for anything else (empty included)."""
-    query = call.query()
     if not query.has("size"):
         return DEFAULT_PAGE_SIZE
     raw = query.get("size")
-    if isinstance(raw, str) and _INTEGER.match(raw):
-        return max(1, min(MAX_PAGE_SIZE, int(raw)))
-    return 1
+    found = _INTEGER.match(raw) if isinstance(raw, str) else None
+    if found is None:
+        return 1
+    sign, digits = found.groups()
+    if sign == "-":
+        return 1
+    # Clamped before converting: a number of thousands of digits is simply "more than 25".
+    return MAX_PAGE_SIZE if len(digits) > 2 else max(1, min(MAX_PAGE_SIZE, int(digits)))
 
 
-def page_number(call: ApiCall) -> int:
-    """`page`: an integer of at least 1; anything else is page 1."""
-    raw = call.query().get("page")
-    if isinstance(raw, str) and _PAGE.match(raw):
-        return max(1, int(raw))
-    return 1
+def _page_number(query: RequestInput) -> int:
+    """`page`: an integer of at least 1 (and at most a 64-bit integer); anything else is page 1."""
+    raw = query.get("page")
+    if not isinstance(raw, str) or not _PAGE.match(raw) or len(raw) > len(str(MAX_PAGE)) + 1:
+        return 1
+    number = int(raw)
+    return number if 1 <= number <= MAX_PAGE else 1
 
 
-def search_filter(call: ApiCall) -> str | None:
+def _search_filter(query: RequestInput) -> str | None:
     """`q` truncated to 80 characters; an array is a server error, as it always was."""
-    raw = call.query().get("q")
+    raw = query.get("q")
     if raw is None:
         return None
     if not isinstance(raw, str):
@@ -108,14 +83,14 @@ def search_filter(call: ApiCall) -> str | None:
 
 async def search(call: ApiCall) -> Response:
     settings = call.services.settings
-    per_page = page_size(call)
-    page = page_number(call)
-    q = search_filter(call)
+    wanted = SearchQuery.from_input(call.query())
     async with call.services.sessions() as session:
-        found = await search_published(session, q=q, page=page, per_page=per_page)
+        found = await search_published(session, q=wanted.q, page=wanted.page, per_page=wanted.per_page)
     data = [resource_object(view, settings) for view in found.rows]
     path = f"{settings.public_base_url}/api/v1/resource/search"
-    return JsonAnswer(paginator_envelope(path, data, total=found.total, page=page, per_page=per_page))
+    return JsonAnswer(
+        paginator_envelope(path, data, total=found.total, page=wanted.page, per_page=wanted.per_page)
+    )
 
 
 async def user_names(call: ApiCall) -> Response:
@@ -129,15 +104,6 @@ async def user_names(call: ApiCall) -> Response:
     async with call.services.sessions() as session:
         names = await members.names_starting_with(session, name)
     return JsonAnswer([{"name": found} for found in names])
-
-
-async def bound_resource(session: AsyncSession, segment: str) -> Resource:
-    """`{resource}`: a Published or Unlisted resource by numeric id, else 404."""
-    resource_id = parse_id(segment)
-    resource = await visible_resource(session, resource_id) if resource_id is not None else None
-    if resource is None:
-        raise NotFound()
-    return resource
 
 
 async def versions(call: ApiCall) -> Response:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from marketplace.api.v1.resources import bound_resource
-from marketplace.http.cache import cache_key, remember
+from marketplace.api.v1.bindings import bound_resource
 from marketplace.http.errors import NotFound
 from marketplace.http.json import TextAnswer
 from marketplace.http.routing import ApiCall
@@ -41,7 +40,7 @@ async def page_url(call: ApiCall) -> Response:
         return url.encode("utf-8") if url is not None else None
 
     # Keyed by the statistics id: resources sharing one share the entry.
-    body = await remember(services.store, cache_key("stats-url", stats_id), STATS_URL_TTL_SECONDS, fetch)
+    body = await services.answers.remember("stats-url", (stats_id,), STATS_URL_TTL_SECONDS, fetch)
     if body is None:
         raise NotFound()
     return TextAnswer(body)
@@ -61,7 +60,7 @@ async def chart(call: ApiCall) -> Response:
         )
         return str(value).encode("ascii") if value is not None else None
 
-    body = await remember(
-        services.store, cache_key("stats-chart", stats_id, chart_name), CHART_VALUE_TTL_SECONDS, fetch
+    body = await services.answers.remember(
+        "stats-chart", (stats_id, chart_name), CHART_VALUE_TTL_SECONDS, fetch
     )
     return TextAnswer(body if body is not None else UNREADABLE_CHART)

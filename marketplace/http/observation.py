@@ -1,0 +1,171 @@
+"""The outermost ASGI wrapper: what operators see of every request.
+
+It resolves the client address once (the limiters and the activity log read it from here), gives
+the request an id (the caller's `X-Request-Id` when it is a plain token, else a fresh one) that is
+sent back as `X-Request-Id` and stamped on every log line written meanwhile, and when the answer
+is complete writes one access-log line and counts the request and its duration per route name
+and status. What it logs of the request is bounded and free of secrets: the path with secret path
+parameters hidden, the query string with secret fields' values hidden, never a body or a header.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from typing import Any
+from urllib.parse import parse_qsl, quote
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from marketplace.http.client_ip import TrustedProxies, client_ip
+from marketplace.telemetry.logs import REQUEST_ID
+from marketplace.telemetry.metrics import REQUEST_DURATION, REQUESTS
+
+access_logger = logging.getLogger("marketplace.access")
+
+REQUEST_ID_HEADER = b"x-request-id"
+UNMATCHED_ROUTE = "unmatched"
+_REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
+# Query fields whose values never reach a log (the grant secret may be sent in the query string).
+_SECRET_FIELD = re.compile(r"password|secret|token|key", re.IGNORECASE)
+HIDDEN = "[hidden]"
+# Logged text is capped: a path or query string is caller-chosen and may be very long.
+MAX_LOGGED_CHARS = 1000
+_STATE = "marketplace"
+
+
+def _state(scope: Scope) -> dict[str, Any]:
+    state: dict[str, Any] = scope.setdefault("state", {}).setdefault(_STATE, {})
+    return state
+
+
+def request_client_ip(scope: Scope) -> str:
+    """The client address resolved for this request (the socket peer when none was resolved)."""
+    resolved = _state(scope).get("client_ip")
+    if resolved is None:
+        resolved = client_ip(scope)
+        _state(scope)["client_ip"] = resolved
+    return str(resolved)
+
+
+def set_route_name(scope: Scope, name: str, logged_path: str | None = None) -> None:
+    """Name the route that answers (metrics and logs), and the path to log if it must hide parts."""
+    state = _state(scope)
+    state["route"] = name
+    if logged_path is not None:
+        state["logged_path"] = logged_path
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """Control characters escaped, so that a caller cannot start a forged line in a text log."""
+    return _UNPRINTABLE.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
+def loggable_query(raw: bytes) -> str:
+    """The query string with the values of secret fields hidden, capped in length."""
+    if not raw:
+        return ""
+    text = raw[: MAX_LOGGED_CHARS * 4].decode("latin-1")
+    if not _SECRET_FIELD.search(text):
+        return _printable(text[:MAX_LOGGED_CHARS])
+    pairs = parse_qsl(text, keep_blank_values=True, max_num_fields=None)
+    shown = "&".join(
+        f"{quote(name, safe='[]')}={HIDDEN if _SECRET_FIELD.search(name) else quote(value, safe='')}"
+        for name, value in pairs
+    )
+    return _printable(shown[:MAX_LOGGED_CHARS])
+
+
+class RequestObserver:
+    def __init__(self, app: ASGIApp, *, trusted_proxies: TrustedProxies, access_log: bool) -> None:
+        self.app = app
+        self.trusted_proxies = trusted_proxies
+        self.access_log = access_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        request_id = _request_id(scope)
+        state = _state(scope)
+        state["client_ip"] = client_ip(scope, self.trusted_proxies)
+        token = REQUEST_ID.set(request_id)
+        status: int | None = None
+        sent_bytes = 0
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status, sent_bytes
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), (REQUEST_ID_HEADER, request_id.encode("ascii"))],
+                }
+            elif message["type"] == "http.response.body":
+                sent_bytes += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            self._record(scope, state, status, sent_bytes, time.perf_counter() - started, request_id)
+            REQUEST_ID.reset(token)
+
+    def _record(
+        self,
+        scope: Scope,
+        state: dict[str, Any],
+        status: int | None,
+        sent_bytes: int,
+        seconds: float,
+        request_id: str,
+    ) -> None:
+        route = str(state.get("route", UNMATCHED_ROUTE))
+        shown_status = str(status) if status is not None else "none"
+        method = scope["method"] if scope["method"] in _KNOWN_METHODS else "other"
+        REQUESTS.labels(route, method, shown_status).inc()
+        REQUEST_DURATION.labels(route, shown_status).observe(seconds)
+        if not self.access_log:
+            return
+        path = _printable(str(state.get("logged_path") or scope["path"])[:MAX_LOGGED_CHARS])
+        query = loggable_query(scope.get("query_string", b""))
+        duration_ms = round(seconds * 1000, 2)
+        method_text = _printable(scope["method"][:16])
+        access_logger.info(
+            "%s %s %s %.2fms route=%s client=%s",
+            method_text,
+            path + ("?" + query if query else ""),
+            shown_status,
+            duration_ms,
+            route,
+            state.get("client_ip"),
+            extra={
+                "fields": {
+                    "request_id": request_id,
+                    "method": method_text,
+                    "path": path,
+                    "query": query,
+                    "route": route,
+                    "status": status,
+                    "duration_ms": duration_ms,
+                    "bytes": sent_bytes,
+                    "client_ip": state.get("client_ip"),
+                }
+            },
+        )
+
+
+_KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def _request_id(scope: Scope) -> str:
+    for name, value in scope.get("headers", ()):
+        if name == REQUEST_ID_HEADER and _REQUEST_ID.match(value):
+            return str(value.decode("ascii"))
+    return secrets.token_hex(16)

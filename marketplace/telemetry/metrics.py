@@ -1,0 +1,100 @@
+"""The service's Prometheus metrics and their exposition at `GET /metrics`.
+
+With several worker processes (`serve --workers N`), `serve` points `PROMETHEUS_MULTIPROC_DIR` at
+a fresh folder before any worker starts: every worker then writes its values there, and whichever
+worker answers a scrape sums them all. Without it (one process, tests) the default registry is
+used, with the process collectors.
+
+Labels never carry caller-chosen text: routes are route names (or a fixed category for paths no
+route claims), statuses are numbers, limiters and caches are the service's own names.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+REQUESTS = Counter(
+    "marketplace_http_requests_total",
+    "Answered HTTP requests, by route name, method and status.",
+    ["route", "method", "status"],
+)
+REQUEST_DURATION = Histogram(
+    "marketplace_http_request_duration_seconds",
+    "Time from the request's arrival to the end of its answer, by route name and status.",
+    ["route", "status"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+LIMITER_REFUSALS = Counter(
+    "marketplace_rate_limit_refusals_total",
+    "Requests refused with 429, by the limiter that refused them.",
+    ["limiter"],
+)
+CACHE_LOOKUPS = Counter(
+    "marketplace_cache_lookups_total",
+    "Lookups of cached upstream answers, by cache and outcome (hit, miss).",
+    ["cache", "outcome"],
+)
+UPSTREAM_CALLS = Counter(
+    "marketplace_upstream_calls_total",
+    "Calls to upstream services, by upstream and outcome "
+    "(ok, not_found, error_status, timeout, network_error, invalid_body, too_large).",
+    ["upstream", "outcome"],
+)
+UPSTREAM_DURATION = Histogram(
+    "marketplace_upstream_call_duration_seconds",
+    "Duration of upstream calls, by upstream.",
+    ["upstream"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+DB_POOL_IN_USE = Gauge(
+    "marketplace_db_pool_connections_in_use",
+    "Database connections checked out of the pools (summed over live workers).",
+    multiprocess_mode="livesum",
+)
+DB_POOL_CAPACITY = Gauge(
+    "marketplace_db_pool_capacity",
+    "Connections the pools may open (pool size plus overflow, summed over live workers).",
+    multiprocess_mode="livesum",
+)
+DB_POOL_TIMEOUTS = Counter(
+    "marketplace_db_pool_timeouts_total",
+    "Requests that found no free database connection within the pool timeout.",
+)
+STORE_ERRORS = Counter(
+    "marketplace_store_errors_total",
+    "Failed calls to the shared store (Redis); limiters admit and caches miss meanwhile.",
+)
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROCESS_DIR_VARIABLE) or None
+
+
+def exposition() -> bytes:
+    """The text format of every metric, summed over worker processes when there are several."""
+    if multiprocess_dir() is None:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
+
+
+def worker_stopped() -> None:
+    """Drop this worker's live gauges (pool usage) so that they stop counting in the sums."""
+    if multiprocess_dir() is not None:
+        multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
