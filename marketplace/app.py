@@ -101,7 +101,7 @@ def build_app(settings: Settings | None = None, services: Services | None = None
     dispatch = BodyLimit(
         MarketplaceApp(services),
         max_bytes=settings.max_body_bytes,
-        timeout_seconds=settings.body_timeout_seconds,
+        timeout_seconds=settings.read_timeout_seconds,
     )
     return RequestObserver(
         ApiEnvelope(dispatch), trusted_proxies=settings.proxies, access_log=settings.access_log

@@ -160,6 +160,7 @@ def serve(
 ) -> None:
     import uvicorn
 
+    from marketplace.serving import BoundedHttpToolsProtocol
     from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE
     from marketplace.telemetry.logs import logging_config
 
@@ -179,6 +180,7 @@ def serve(
         uvicorn.run(
             "marketplace.app:create_app",
             factory=True,
+            http=BoundedHttpToolsProtocol,
             host=host,
             port=port,
             workers=workers,

@@ -42,8 +42,9 @@ class Settings(BaseSettings):
     upstream_timeout_seconds: float = Field(default=5.0, gt=0)
     # Largest request body read; a larger one is refused with 413 before it is read.
     max_body_bytes: int = Field(default=1024 * 1024, ge=0)
-    # Longest time a client may take to send its body (408 after that).
-    body_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Longest time a client may take to send a request: its head from its first byte, then its body
+    # (408 after that; a connection that sends nothing is closed).
+    read_timeout_seconds: float = Field(default=10.0, gt=0)
     # Limiter windows (and cached answers) the in-process store keeps exactly; beyond, see stores.py.
     memory_store_max_keys: int = Field(default=100_000, ge=1)
     log_format: Literal["json", "text"] = "json"

@@ -3,6 +3,7 @@ workers, slow clients, the server's own logs."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -17,6 +18,9 @@ from pathlib import Path
 import httpx
 
 from marketplace.config import Settings
+from marketplace.db import create_engine
+from marketplace.fixtures.loader import load_document
+from tests.catalogue import catalogue
 
 MARKETPLACE = str(Path(sys.executable).with_name("marketplace"))
 START_TIMEOUT_SECONDS = 20.0
@@ -49,6 +53,19 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
+
+
+def load_catalogue(settings: Settings) -> None:
+    """The test catalogue loaded into the settings' database, from a loop and engine of its own."""
+
+    async def load() -> None:
+        engine = create_engine(settings)
+        try:
+            await load_document(engine, catalogue())
+        finally:
+            await engine.dispose()
+
+    asyncio.run(load())
 
 
 def environment(settings: Settings, **overrides: str) -> dict[str, str]:

@@ -348,6 +348,31 @@ def test_unreachable_database_fails_with_one_line(cli: Cli, url: str) -> None:
     assert_one_line_error(cli.with_database_url(url).run("migrate"))
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://marketplace:s3cr3t-pw@db.internal:notaport/marketplace",
+        "postgresql://marketplace:s3cr3t-pw@127.0.0.1:1/marketplace",
+        "mysql://marketplace:s3cr3t-pw@db.internal/marketplace",
+        "://marketplace:s3cr3t-pw@",
+    ],
+)
+def test_a_failing_database_url_never_shows_its_password(cli: Cli, url: str) -> None:
+    for command in (["migrate"], ["serve"], ["import-earlier", "--from", url]):
+        result = cli.with_database_url(url).run(*command)
+        assert "s3cr3t-pw" not in result.stderr + result.stdout, command
+        assert_one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    "source", ["mysql://earlier:s3cr3t-pw@127.0.0.1:1/earlier", "mysql://earlier:s3cr3t-pw@db.internal:port/x"]
+)
+def test_a_failing_earlier_database_url_never_shows_its_password(migrated_cli: Cli, source: str) -> None:
+    result = migrated_cli.run("import-earlier", "--from", source)
+    assert "s3cr3t-pw" not in result.stderr + result.stdout
+    assert_one_line_error(result)
+
+
 def test_serve_before_migrate_fails_with_one_line(cli: Cli) -> None:
     assert_one_line_error(cli.run("serve", "--port", str(cli.port)))
 

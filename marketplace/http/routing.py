@@ -23,7 +23,7 @@ from marketplace.http.errors import SERVER_ERROR_MESSAGE, ApiError
 from marketplace.http.input import RequestInput, read_input, read_query
 from marketplace.http.json import JsonAnswer, error_body
 from marketplace.http.limits import LimitRule, TooManyRequests, enforce, limit_headers
-from marketplace.http.observation import UNMATCHED_ROUTE, request_client_ip, set_route_name
+from marketplace.http.observation import HIDDEN, UNMATCHED_ROUTE, request_client_ip, set_route_name
 from marketplace.telemetry.metrics import DB_POOL_TIMEOUTS
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ class ApiRoute:
     name: str
     endpoint: Endpoint
     limits: tuple[LimitRule, ...] = ()
+    # Path parameters that are credentials of a caller: logs show the route with them hidden.
+    hidden_params: tuple[str, ...] = ()
     pattern: re.Pattern[str] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +90,15 @@ class ApiRoute:
     @property
     def methods(self) -> tuple[str, ...]:
         return ("GET", "HEAD") if self.method == "GET" else (self.method,)
+
+    def logged_path(self, prefix: str, params: dict[str, str]) -> str | None:
+        """The path as logs show it (hidden parameters replaced); None when nothing is hidden."""
+        if not self.hidden_params:
+            return None
+        return prefix + _PARAMETER.sub(
+            lambda found: HIDDEN if found.group(1) in self.hidden_params else params[found.group(1)],
+            self.path,
+        )
 
 
 def not_found_answer(headers: dict[str, str] | None = None) -> Response:
@@ -131,7 +142,7 @@ class ApiRouter:
             response = self._unmatched(method, path, matched)
         else:
             route, params = matched
-            set_route_name(scope, route.name)
+            set_route_name(scope, route.name, route.logged_path(self.prefix, params))
             response = await self._dispatch(scope, receive, route, params)
         await response(scope, receive, send)
 

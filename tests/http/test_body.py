@@ -26,7 +26,7 @@ CAP = 1024
 
 @pytest.fixture
 def capped(settings: Settings) -> Settings:
-    return settings.model_copy(update={"max_body_bytes": CAP, "body_timeout_seconds": 0.3})
+    return settings.model_copy(update={"max_body_bytes": CAP, "read_timeout_seconds": 0.3})
 
 
 async def call(

@@ -32,7 +32,15 @@ def licence_limits(ip: str, params: Mapping[str, str]) -> Sequence[Limit]:
 GROUP_LIMITS = (api_limits,)
 
 ROUTES = (
-    ApiRoute("POST", "/licence/{key}", "api.v1.licence.check", licence.check, (licence_limits,)),
+    # A licence key is a buyer's credential: logs never show it.
+    ApiRoute(
+        "POST",
+        "/licence/{key}",
+        "api.v1.licence.check",
+        licence.check,
+        (licence_limits,),
+        hidden_params=("key",),
+    ),
     ApiRoute("GET", "/resource/search", "api.v1.resources.search", resources.search, (search_limits,)),
     ApiRoute("GET", "/resource/user", "api.v1.resources.user", resources.user_names),
     ApiRoute("GET", "/resource/versions/{resource}", "api.v1.resources.versions", resources.versions),

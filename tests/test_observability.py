@@ -1,0 +1,267 @@
+"""What operators see: a JSON access-log line per request with its id (also sent back), warnings
+for upstream failures and limiter refusals, no secret in any log, Prometheus metrics (summed over
+workers), and `/up` naming what is degraded."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from marketplace.config import Settings
+from marketplace.http.observation import MAX_LOGGED_CHARS
+from marketplace.telemetry.logs import JsonFormatter, RequestIdFilter, logging_config
+from tests.api.helpers import catalogue_client
+from tests.catalogue import MEMBER_CHAT_ID
+from tests.conftest import GRANT_SECRET
+from tests.profiles import sqlite_only
+from tests.upstream import FakeUpstream, closed_port_url
+
+ACCESS_FIELDS = {
+    "request_id",
+    "method",
+    "path",
+    "query",
+    "route",
+    "status",
+    "duration_ms",
+    "bytes",
+    "client_ip",
+}
+SERVER_ID = "81384788765712384"
+WIDGET_PATH = f"/chat-api/guilds/{SERVER_ID}/widget.json"
+
+
+@pytest.fixture
+def caplog(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """Captured records, stamped with their request id when written (as the service's handler does)."""
+    stamp = RequestIdFilter()
+    caplog.handler.addFilter(stamp)
+    yield caplog
+    caplog.handler.removeFilter(stamp)
+
+
+def json_lines(records: list[logging.LogRecord]) -> list[dict[str, object]]:
+    """The records as the service writes them in JSON format."""
+    formatter = JsonFormatter()
+    return [json.loads(formatter.format(record)) for record in records]
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
+    return json_lines([record for record in caplog.records if record.name == "marketplace.access"])
+
+
+@sqlite_only
+async def test_each_request_writes_one_json_access_line_with_its_fields(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="marketplace")
+    response = await client.get("/api/v1/resource/1?size=3", headers={"X-Forwarded-For": "203.0.113.9"})
+    [line] = access_lines(caplog)
+    assert ACCESS_FIELDS <= set(line)
+    assert {key: line[key] for key in ("method", "path", "query", "route", "status", "client_ip")} == {
+        "method": "GET",
+        "path": "/api/v1/resource/1",
+        "query": "size=3",
+        "route": "api.v1.resources.show",
+        "status": 200,
+        "client_ip": "203.0.113.9",
+    }
+    assert line["request_id"] == response.headers["x-request-id"]
+    assert line["bytes"] == len(response.content)
+    assert isinstance(line["duration_ms"], float)
+    assert {"time", "level", "logger", "message"} <= set(line)
+
+
+@sqlite_only
+async def test_a_fresh_request_id_is_made_unless_the_caller_sent_a_plain_token(
+    client: httpx.AsyncClient,
+) -> None:
+    made = (await client.get("/api/v1/resource/1")).headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", made)
+    assert (await client.get("/api/v1/resource/1")).headers["x-request-id"] != made
+    kept = await client.get("/api/v1/resource/1", headers={"X-Request-Id": "lb-7f3a.01:2"})
+    assert kept.headers["x-request-id"] == "lb-7f3a.01:2"
+    for hostile in ("a b", "x" * 129, "id\u00e9", ""):
+        replaced = await client.get("/api/v1/resource/1", headers=[(b"X-Request-Id", hostile.encode())])
+        assert re.fullmatch(r"[0-9a-f]{32}", replaced.headers["x-request-id"])
+
+
+@sqlite_only
+async def test_every_answer_carries_its_request_id(client: httpx.AsyncClient) -> None:
+    for path in (
+        "/api/v1/resource/999",
+        "/api/v1/nothing",
+        "/storage/none",
+        "/up",
+        "/metrics",
+        "/openapi.json",
+    ):
+        assert re.fullmatch(r"[0-9a-f]{32}", (await client.get(path)).headers["x-request-id"]), path
+
+
+@sqlite_only
+async def test_secrets_never_reach_a_log(client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    licence_key = "BUYER-LICENCE-KEY-0451"
+    await client.post(f"/api/v1/licence/{licence_key}")
+    await client.post(
+        f"/api/v1/chat/{MEMBER_CHAT_ID}/apply/1?custom_password={GRANT_SECRET}&x=1",
+        data={"custom_password": GRANT_SECRET},
+    )
+    await client.post(
+        f"/api/v1/chat/{MEMBER_CHAT_ID}/apply/1?Custom_Password=wrong-guess",
+        json={"custom_password": "body-only"},
+    )
+    # What the service writes (the test's own HTTP client logs the URLs it calls; it is not the service).
+    records = [record for record in caplog.records if not record.name.startswith(("httpx", "httpcore"))]
+    written = "\n".join(json.dumps(line) for line in json_lines(records))
+    written += "\n".join(record.getMessage() for record in records)
+    for secret in (licence_key, GRANT_SECRET, GRANT_SECRET.replace(" ", "+"), "wrong-guess", "body-only"):
+        assert secret not in written
+    lines = access_lines(caplog)
+    assert lines[0]["path"] == "/api/v1/licence/[hidden]"
+    assert lines[1]["query"] == "custom_password=[hidden]&x=1"
+
+
+@sqlite_only
+async def test_logged_paths_are_capped_and_cannot_forge_lines(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="marketplace")
+    await client.get("/api/v1/gift/" + "A" * 5000 + "?q=" + "b" * 5000)
+    await client.get("/api/v1/gift/line%0Aforged%20200")
+    long_line, forged = access_lines(caplog)
+    assert (
+        len(str(long_line["path"])) <= MAX_LOGGED_CHARS and len(str(long_line["query"])) <= MAX_LOGGED_CHARS
+    )
+    text_line = forged["message"]
+    assert "\n" not in str(forged["path"]) and "\n" not in str(text_line)
+
+
+async def test_upstream_failures_are_warnings_tied_to_their_request(
+    client: httpx.AsyncClient, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="marketplace")
+    upstream.answer_raw(WIDGET_PATH, b"oops", status=502)
+    response = await client.get(f"/api/v1/chat/{SERVER_ID}")
+    assert response.status_code == 404
+    [warning] = [record for record in caplog.records if record.name == "marketplace.upstream"]
+    assert warning.levelno == logging.WARNING
+    [line] = json_lines([warning])
+    assert line["request_id"] == response.headers["x-request-id"]
+    assert "chat upstream answered 502" in str(line["message"])
+
+
+async def test_an_upstream_saying_no_such_server_is_not_a_failure(
+    client: httpx.AsyncClient, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="marketplace")
+    assert (await client.get(f"/api/v1/chat/{SERVER_ID}")).status_code == 404  # upstream answers 404
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+
+
+@sqlite_only
+async def test_limiter_refusals_are_warnings(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="marketplace")
+    for _ in range(61):
+        last = await client.get("/api/v1/resource/search")
+    assert last.status_code == 429
+    [warning] = [record for record in caplog.records if record.name == "marketplace.limits"]
+    assert warning.levelno == logging.WARNING
+    assert "search limiter refused" in warning.getMessage()
+
+
+def sample(exposition: str, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(exposition):
+        for found in family.samples:
+            if found.name == name and all(found.labels.get(k) == v for k, v in labels.items()):
+                return float(found.value)
+    return 0.0
+
+
+async def test_metrics_count_requests_refusals_cache_upstream_and_the_pool(
+    client: httpx.AsyncClient, upstream: FakeUpstream
+) -> None:
+    before = (await client.get("/metrics")).text
+    upstream.answer_json(WIDGET_PATH, {"id": SERVER_ID, "name": "Chat"})
+    for _ in range(2):
+        await client.get(f"/api/v1/chat/{SERVER_ID}")
+    for _ in range(61):
+        await client.get("/api/v1/resource/search")
+    await client.get("/api/v1/resource/1")
+    after = await client.get("/metrics")
+    assert after.status_code == 200
+    assert after.headers["content-type"].startswith("text/plain")
+    text = after.text
+
+    def grew(name: str, **labels: str) -> float:
+        return sample(text, name, **labels) - sample(before, name, **labels)
+
+    assert (
+        grew("marketplace_http_requests_total", route="api.v1.resources.search", method="GET", status="200")
+        == 60
+    )
+    assert (
+        grew("marketplace_http_requests_total", route="api.v1.resources.search", method="GET", status="429")
+        == 1
+    )
+    assert (
+        grew("marketplace_http_request_duration_seconds_count", route="api.v1.resources.show", status="200")
+        == 1
+    )
+    assert grew("marketplace_rate_limit_refusals_total", limiter="search") == 1
+    assert grew("marketplace_cache_lookups_total", cache="chat-server", outcome="miss") == 1
+    assert grew("marketplace_cache_lookups_total", cache="chat-server", outcome="hit") == 1
+    assert grew("marketplace_upstream_calls_total", upstream="chat", outcome="ok") == 1
+    assert "marketplace_db_pool_connections_in_use" in text
+    assert sample(text, "marketplace_db_pool_capacity") >= 20
+
+
+@sqlite_only
+async def test_metrics_labels_never_carry_caller_text(client: httpx.AsyncClient) -> None:
+    await client.get("/api/v1/no-such-route-" + "x" * 50)
+    await client.request("BREW", "/api/v1/resource/1")
+    text = (await client.get("/metrics")).text
+    assert "no-such-route" not in text and "BREW" not in text
+    assert sample(text, "marketplace_http_requests_total", route="unmatched", method="GET", status="404") >= 1
+    assert (
+        sample(text, "marketplace_http_requests_total", route="unmatched", method="other", status="405") >= 1
+    )
+
+
+@sqlite_only
+async def test_up_is_200_and_names_redis_as_degraded_while_redis_is_down(settings: Settings) -> None:
+    redis_down = closed_port_url().replace("http://", "redis://")
+    async with catalogue_client(settings, redis_url=redis_down) as client:
+        api = await client.get("/api/v1/resource/1")
+        health = await client.get("/up")
+    assert api.status_code == 200
+    assert health.status_code == 200
+    assert health.json() == {
+        "status": "degraded",
+        "checks": {"database": "ok", "redis": "failing"},
+        "degraded": ["redis: rate limits are not enforced and upstream answers are not cached"],
+    }
+
+
+async def test_up_is_ok_with_every_check_named(client: httpx.AsyncClient, settings: Settings) -> None:
+    health = await client.get("/up")
+    expected = {"database": "ok", "redis": "ok"} if settings.redis_url else {"database": "ok"}
+    assert (health.status_code, health.json()) == (200, {"status": "ok", "checks": expected, "degraded": []})
+
+
+def test_the_logging_config_writes_json_or_text_and_silences_the_servers_own_access_log() -> None:
+    json_config = logging_config("json", "info")
+    assert json_config["formatters"]["service"] == {"()": JsonFormatter}
+    assert json_config["loggers"]["uvicorn.access"]["handlers"] == []
+    text_config = logging_config("text", "warning")
+    assert "%(request_id)s" in text_config["formatters"]["service"]["format"]
+    assert text_config["loggers"]["marketplace"]["level"] == "WARNING"

@@ -1,0 +1,114 @@
+"""`marketplace serve` as operators run it: its log format and level, and metrics that add up
+over several worker processes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from marketplace.config import Settings
+from tests.live import environment, load_catalogue, running_service
+from tests.upstream import closed_port_url
+
+
+@pytest.fixture
+def operator_settings(migrated_template: Path, tmp_path: Path) -> Iterator[Settings]:
+    shutil.copyfile(migrated_template, tmp_path / "marketplace.db")
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        database_url=f"sqlite:///{tmp_path / 'marketplace.db'}",
+        storage_dir=str(tmp_path / "storage"),
+        chat_api_url=closed_port_url(),
+        stats_api_url=closed_port_url(),
+        app_key="test-key",
+    )
+    load_catalogue(settings)
+    yield settings
+
+
+def wait_for_lines(log: Path, needle: str, deadline_seconds: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + deadline_seconds
+    while time.monotonic() < deadline:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        if any(needle in line for line in lines):
+            return lines
+        time.sleep(0.05)
+    raise AssertionError(f"no line with {needle!r} in {log}")
+
+
+def test_serve_writes_json_lines_by_default(operator_settings: Settings, tmp_path: Path) -> None:
+    with running_service(environment(operator_settings), tmp_path) as server:
+        answer = httpx.get(f"{server.base_url}/api/v1/resource/1?size=2")
+        lines = wait_for_lines(server.log, "api.v1.resources.show")
+    records = [json.loads(line) for line in lines]  # every line is JSON, the server's own included
+    [access] = [record for record in records if record.get("route") == "api.v1.resources.show"]
+    assert access["request_id"] == answer.headers["x-request-id"]
+    assert (access["status"], access["path"], access["query"]) == (200, "/api/v1/resource/1", "size=2")
+    assert any(record["logger"].startswith("uvicorn") for record in records)
+
+
+def test_serve_writes_text_with_log_format_text(operator_settings: Settings, tmp_path: Path) -> None:
+    with running_service(environment(operator_settings), tmp_path, "--log-format", "text") as server:
+        answer = httpx.get(f"{server.base_url}/api/v1/resource/1")
+        lines = wait_for_lines(server.log, "api.v1.resources.show")
+    [access] = [line for line in lines if "api.v1.resources.show" in line]
+    assert f"[{answer.headers['x-request-id']}]" in access
+    assert "GET /api/v1/resource/1 200" in access
+    assert not access.startswith("{")
+
+
+def test_serve_log_level_warning_leaves_out_the_access_log(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    with running_service(environment(operator_settings), tmp_path, "--log-level", "warning") as server:
+        for _ in range(61):
+            httpx.get(f"{server.base_url}/api/v1/resource/search")
+        lines = wait_for_lines(server.log, "search limiter refused")
+    assert not [line for line in lines if "marketplace.access" in line]
+
+
+def test_an_invalid_setting_is_one_line_naming_it(operator_settings: Settings, tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.live import MARKETPLACE
+
+    env = environment(operator_settings, MARKETPLACE_TRUSTED_PROXIES="10.0.0.0/40")
+    result = subprocess.run(
+        [MARKETPLACE, "serve"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        "marketplace: invalid setting MARKETPLACE_TRUSTED_PROXIES: Value error, not an address or CIDR: '10.0.0.0/40'"
+    ]
+
+
+def sample(exposition: str, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(exposition):
+        for found in family.samples:
+            if found.name == name and found.labels == labels:
+                return float(found.value)
+    return 0.0
+
+
+def test_metrics_add_up_over_several_workers(operator_settings: Settings, tmp_path: Path) -> None:
+    with running_service(environment(operator_settings), tmp_path, "--workers", "2") as server:
+        for _ in range(30):
+            # A new connection each time, so that both workers answer some.
+            with httpx.Client(base_url=server.base_url) as fresh:
+                assert fresh.get("/api/v1/resource/1").status_code == 200
+        for _ in range(8):
+            with httpx.Client(base_url=server.base_url) as fresh:
+                scrape = fresh.get("/metrics")
+            assert scrape.status_code == 200
+            # Whichever worker answers the scrape, it reports every worker's requests...
+            show = {"route": "api.v1.resources.show", "method": "GET", "status": "200"}
+            assert sample(scrape.text, "marketplace_http_requests_total", **show) == 30
+            # ...and both workers' pools (10 + 10 connections each by default).
+            assert sample(scrape.text, "marketplace_db_pool_capacity") == 40
