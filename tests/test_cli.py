@@ -365,7 +365,8 @@ def test_a_failing_database_url_never_shows_its_password(cli: Cli, url: str) -> 
 
 
 @pytest.mark.parametrize(
-    "source", ["mysql://earlier:s3cr3t-pw@127.0.0.1:1/earlier", "mysql://earlier:s3cr3t-pw@db.internal:port/x"]
+    "source",
+    ["mysql://earlier:s3cr3t-pw@127.0.0.1:1/earlier", "mysql://earlier:s3cr3t-pw@db.internal:port/x"],
 )
 def test_a_failing_earlier_database_url_never_shows_its_password(migrated_cli: Cli, source: str) -> None:
     result = migrated_cli.run("import-earlier", "--from", source)

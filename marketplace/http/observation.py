@@ -86,6 +86,8 @@ class RequestObserver:
         self.app = app
         self.trusted_proxies = trusted_proxies
         self.access_log = access_log
+        # The metrics' children by (route, method, status): a few dozen, looked up once each.
+        self._counted: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -129,9 +131,14 @@ class RequestObserver:
         route = str(state.get("route", UNMATCHED_ROUTE))
         shown_status = str(status) if status is not None else "none"
         method = scope["method"] if scope["method"] in _KNOWN_METHODS else "other"
-        REQUESTS.labels(route, method, shown_status).inc()
-        REQUEST_DURATION.labels(route, shown_status).observe(seconds)
-        if not self.access_log:
+        key = (route, method, shown_status)
+        children = self._counted.get(key)
+        if children is None:
+            children = (REQUESTS.labels(*key), REQUEST_DURATION.labels(route, shown_status))
+            self._counted[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
+        if not self.access_log or not access_logger.isEnabledFor(logging.INFO):
             return
         path = _printable(str(state.get("logged_path") or scope["path"])[:MAX_LOGGED_CHARS])
         query = loggable_query(scope.get("query_string", b""))
