@@ -158,11 +158,7 @@ def demo() -> None:
 def serve(
     host: str, port: int, workers: int, access_log: bool | None, log_format: str | None, log_level: str | None
 ) -> None:
-    import uvicorn
-
-    from marketplace.serving import BoundedHttpToolsProtocol
     from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE
-    from marketplace.telemetry.logs import logging_config
 
     # The workers read their settings from the environment: what the options say goes there.
     for variable, value in (
@@ -176,6 +172,13 @@ def serve(
     _run(_require_schema)
     metrics_dir, made_here = _fresh_metrics_dir()
     os.environ[MULTIPROCESS_DIR_VARIABLE] = str(metrics_dir)
+    # Imported only now: where metric values go is decided when the metrics are first imported,
+    # and a single worker runs in this very process.
+    import uvicorn
+
+    from marketplace.serving import BoundedHttpToolsProtocol
+    from marketplace.telemetry.logs import logging_config
+
     try:
         uvicorn.run(
             "marketplace.app:create_app",

@@ -17,6 +17,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from marketplace.config import Settings
+from marketplace.telemetry.metrics import REFUSED_HEADS
 
 # nginx's default allows 4 header lines of 8 KiB; a request line and headers of 64 KiB in all are
 # far beyond any client of this API.
@@ -91,6 +92,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, reason: bytes) -> None:
         self._disarm_head_timer()
+        REFUSED_HEADS.labels(str(status)).inc()
         self.logger.warning("request head refused: %d %s", status, reason.decode("ascii"))
         body = reason
         self.transport.write(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -53,6 +55,25 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
+
+
+def standalone_settings(root: Path, migrated_template: Path, **changes: Any) -> Settings:
+    """Settings of a service of its own in `root`: a copy of the migrated SQLite database, its own
+    storage folder, upstreams on a port nothing listens on, and `changes`."""
+    from tests.conftest import GRANT_SECRET
+    from tests.upstream import closed_port_url
+
+    shutil.copyfile(migrated_template, root / "marketplace.db")
+    values: dict[str, Any] = {
+        "database_url": f"sqlite:///{root / 'marketplace.db'}",
+        "storage_dir": str(root / "storage"),
+        "chat_api_url": closed_port_url(),
+        "stats_api_url": closed_port_url(),
+        "chat_grant_secret": GRANT_SECRET,
+        "app_key": "test-key",
+        **changes,
+    }
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
 def load_catalogue(settings: Settings) -> None:

@@ -4,7 +4,6 @@ connections a hostile client can take."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import threading
 import time
@@ -14,7 +13,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from marketplace.config import Settings
 from marketplace.serving import MAX_HEAD_BYTES
 from tests.catalogue import MEMBER_CHAT_ID
 from tests.conftest import GRANT_SECRET
@@ -26,9 +24,9 @@ from tests.live import (
     load_catalogue,
     read_answer,
     running_service,
+    standalone_settings,
     status_of,
 )
-from tests.upstream import closed_port_url
 
 READ_TIMEOUT = 1.0
 SECRET_BYTES = b"top secret database bytes"
@@ -38,18 +36,8 @@ SECRET_BYTES = b"top secret database bytes"
 def live(migrated_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """One server for the module (starting one takes seconds), on a copy of the migrated database."""
     root = tmp_path_factory.mktemp("live")
-    shutil.copyfile(migrated_template, root / "marketplace.db")
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        database_url=f"sqlite:///{root / 'marketplace.db'}",
-        storage_dir=str(root / "storage"),
-        chat_api_url=closed_port_url(),
-        stats_api_url=closed_port_url(),
-        chat_grant_secret=GRANT_SECRET,
-        app_key="test-key",
-        read_timeout_seconds=READ_TIMEOUT,
-        db_pool_size=1,
-        db_max_overflow=0,
+    settings = standalone_settings(
+        root, migrated_template, read_timeout_seconds=READ_TIMEOUT, db_pool_size=1, db_max_overflow=0
     )
     load_catalogue(settings)
     storage = root / "storage"

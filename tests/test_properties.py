@@ -20,6 +20,7 @@ from starlette.types import Message
 from marketplace.http.input import clean, decode_json, parse_query, read_input
 from marketplace.http.json import encode, json_number
 from marketplace.http.pagination import NEXT_LABEL, PREVIOUS_LABEL, paginator_envelope
+from tests.asgi import http_scope
 from tests.steps import growth
 
 SEED = 20261123
@@ -95,13 +96,7 @@ def test_reading_any_body_never_raises(value: Any, content_type: str) -> None:
             delivered = True
             return {"type": "http.request", "body": body, "more_body": False}
 
-        scope = {
-            "type": "http",
-            "method": "POST",
-            "path": "/api/v1/chat",
-            "query_string": b"",
-            "headers": [(b"content-type", content_type.encode())],
-        }
+        scope = http_scope("POST", "/api/v1/chat", [(b"content-type", content_type.encode())])
         return await read_input(Request(scope, receive))
 
     asyncio.run(read())

@@ -4,9 +4,7 @@ over several worker processes."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -14,23 +12,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from marketplace.config import Settings
-from tests.live import environment, load_catalogue, running_service
-from tests.upstream import closed_port_url
+from tests.live import environment, load_catalogue, running_service, standalone_settings
 
 
 @pytest.fixture
-def operator_settings(migrated_template: Path, tmp_path: Path) -> Iterator[Settings]:
-    shutil.copyfile(migrated_template, tmp_path / "marketplace.db")
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        database_url=f"sqlite:///{tmp_path / 'marketplace.db'}",
-        storage_dir=str(tmp_path / "storage"),
-        chat_api_url=closed_port_url(),
-        stats_api_url=closed_port_url(),
-        app_key="test-key",
-    )
+def operator_settings(migrated_template: Path, tmp_path: Path) -> Settings:
+    settings = standalone_settings(tmp_path, migrated_template)
     load_catalogue(settings)
-    yield settings
+    return settings
 
 
 def wait_for_lines(log: Path, needle: str, deadline_seconds: float = 10.0) -> list[str]:
@@ -41,6 +30,16 @@ def wait_for_lines(log: Path, needle: str, deadline_seconds: float = 10.0) -> li
             return lines
         time.sleep(0.05)
     raise AssertionError(f"no line with {needle!r} in {log}")
+
+
+def test_a_single_worker_serves_its_metrics(operator_settings: Settings, tmp_path: Path) -> None:
+    with running_service(environment(operator_settings), tmp_path) as server:
+        for _ in range(3):
+            httpx.get(f"{server.base_url}/api/v1/resource/1")
+        scrape = httpx.get(f"{server.base_url}/metrics")
+    show = {"route": "api.v1.resources.show", "method": "GET", "status": "200"}
+    assert sample(scrape.text, "marketplace_http_requests_total", **show) == 3
+    assert sample(scrape.text, "marketplace_db_pool_capacity") == 20
 
 
 def test_serve_writes_json_lines_by_default(operator_settings: Settings, tmp_path: Path) -> None:

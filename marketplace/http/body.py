@@ -16,10 +16,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from marketplace.http.envelope import is_api_path
 from marketplace.http.json import JSON_MEDIA_TYPE, TEXT_MEDIA_TYPE, error_body
+from marketplace.http.observation import set_route_name
 
 # Laravel's text for a body over the limit (its ValidatePostSize middleware).
 TOO_LARGE_MESSAGE = "The POST data is too large."
 TIMEOUT_MESSAGE = "Request Timeout."
+# How metrics and logs name a request refused here, before any route.
+BODY_REFUSED_ROUTE = "body_refused"
 
 
 class _Refused(Exception):
@@ -109,6 +112,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def _refuse(scope: Scope, send: Send, refused: _Refused) -> None:
+    set_route_name(scope, BODY_REFUSED_ROUTE)
     if is_api_path(scope["path"]):
         body = error_body(refused.message)
         content_type = JSON_MEDIA_TYPE

@@ -39,6 +39,12 @@ REQUEST_DURATION = Histogram(
     ["route", "status"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
+REFUSED_HEADS = Counter(
+    "marketplace_http_refused_heads_total",
+    "Connections closed by the server before a request reached the service: a head over 64 KiB "
+    "(431) or not complete in time (408).",
+    ["status"],
+)
 LIMITER_REFUSALS = Counter(
     "marketplace_rate_limit_refusals_total",
     "Requests refused with 429, by the limiter that refused them.",

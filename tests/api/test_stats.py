@@ -376,3 +376,48 @@ async def test_stats_url_route_is_declared_before_the_chart_route(
     not_a_resource = await client.get("/api/v1/stats/url/abc")
     assert (not_a_resource.status_code, not_a_resource.content) == (404, NOT_FOUND)
     assert upstream.calls == {PLUGIN_PATH: 1, url_chart: 1}
+
+
+# --- Hostile upstream answers -------------------------------------------------------------------
+
+
+@sqlite_only
+async def test_chart_values_beyond_a_64_bit_integer_are_unreadable(
+    client: httpx.AsyncClient, upstream: FakeUpstream
+) -> None:
+    # Turning 1e999999999 into an integer would take the worker for ages; PHP's cast overflows.
+    for index, value in enumerate(["1e999999999", "-1e30", 1e300, 2**64, "9" * 4000]):
+        upstream.answer_json(f"/stats-api/1234/charts/h{index}/data/?maxElements=1", chart_answer(value))
+        response = await client.get(f"/api/v1/stats/1/h{index}")
+        assert (response.status_code, response.content) == (200, b"0"), value
+
+
+@sqlite_only
+async def test_an_upstream_answer_over_a_mebibyte_is_a_failure(
+    client: httpx.AsyncClient, upstream: FakeUpstream
+) -> None:
+    huge_plugin = {**PLUGIN, "padding": "x" * (1024 * 1024)}
+    upstream.answer_json(PLUGIN_PATH, huge_plugin)
+    assert (await client.get("/api/v1/stats/url/1")).content == NOT_FOUND
+    upstream.answer_json(PLAYERS_PATH, [[TIMESTAMP_MS, 5]] + [[0, 0]] * 200_000)
+    assert (await client.get("/api/v1/stats/1/players")).content == b"0"
+
+
+@sqlite_only
+async def test_a_software_id_of_thousands_of_digits_falls_back_to_the_upstream_url(
+    client: httpx.AsyncClient, upstream: FakeUpstream
+) -> None:
+    upstream.answer_json(PLUGIN_PATH, {**PLUGIN, "software": {"id": "1" * 5000, "url": "custom"}})
+    response = await client.get("/api/v1/stats/url/1")
+    assert (response.status_code, response.content) == (
+        200,
+        b"https://stats.example/plugin/custom/My%20Plugin/1234",
+    )
+
+
+@sqlite_only
+async def test_a_deeply_nested_upstream_answer_is_a_failure(
+    client: httpx.AsyncClient, upstream: FakeUpstream
+) -> None:
+    upstream.answer_raw(PLAYERS_PATH, b"[" * 100_000 + b"]" * 100_000, content_type="application/json")
+    assert (await client.get("/api/v1/stats/1/players")).content == b"0"

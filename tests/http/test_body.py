@@ -16,6 +16,7 @@ from marketplace.app import build_app
 from marketplace.config import Settings
 from marketplace.fixtures.loader import load_document
 from marketplace.services import Services, build_services
+from tests.asgi import http_scope
 from tests.catalogue import MEMBER_CHAT_ID, catalogue
 from tests.conftest import GRANT_SECRET, make_client
 
@@ -38,20 +39,7 @@ async def call(
     hang_after: bool = False,
 ) -> tuple[int, dict[str, str], bytes, int]:
     """The app called with a body in `chunks`; also how many body messages it read."""
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"marketplace.test"), *headers],
-        "client": ("127.0.0.1", 50000),
-        "server": ("marketplace.test", 80),
-    }
+    scope = http_scope("POST", path, headers)
     read = 0
     sent: list[Message] = []
 
@@ -201,23 +189,11 @@ async def test_a_slow_body_holds_no_database_connection(settings: Settings) -> N
 
 async def _slow_grant(app: Any, released: Callable[[], Awaitable[Any]]) -> int:
     body = f"custom_password={GRANT_SECRET}".encode()
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": f"/api/v1/chat/{MEMBER_CHAT_ID}/apply/8",
-        "raw_path": b"",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"content-type", b"application/x-www-form-urlencoded"),
-            (b"content-length", str(len(body)).encode()),
-        ],
-        "client": ("127.0.0.9", 50000),
-        "server": ("marketplace.test", 80),
-    }
+    headers = [
+        (b"content-type", b"application/x-www-form-urlencoded"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    scope = http_scope("POST", f"/api/v1/chat/{MEMBER_CHAT_ID}/apply/8", headers, client=("127.0.0.9", 50000))
     step = 0
     status = 0
 
@@ -251,15 +227,7 @@ async def test_a_client_gone_while_sending_its_body_gets_no_answer(capped: Setti
     async def send(message: Message) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/api/v1/chat",
-        "raw_path": b"/api/v1/chat",
-        "query_string": b"",
-        "headers": [(b"content-length", b"10")],
-        "client": ("127.0.0.1", 1),
-    }
+    scope = http_scope("POST", "/api/v1/chat", [(b"content-length", b"10")])
     try:
         await build_app(services=services)(scope, receive, send)
     finally:

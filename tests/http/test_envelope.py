@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import httpx
 import pytest
@@ -16,6 +16,7 @@ from marketplace.app import build_app
 from marketplace.config import Settings
 from marketplace.http.routing import ApiCall, ApiRoute, ApiRouter
 from marketplace.services import Services
+from tests.asgi import http_scope
 from tests.conftest import make_client
 
 VERSION = "x-service-api-version"
@@ -32,20 +33,7 @@ async def fill_window(services: Services, key: str, times: int, max_attempts: in
 async def raw_request(services: Services, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
     """Call the app with `path` exactly as given and see every byte it sends (an HTTP client would
     normalise `..` away, and drops the body of a HEAD answer itself)."""
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"marketplace.test")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("marketplace.test", 80),
-    }
+    scope = http_scope(method, path)
     sent: list[Message] = []
     finished = asyncio.Event()
     requested = False

@@ -339,19 +339,20 @@ _RESOURCE = _path(
 )
 
 
+NOT_FOUND = {"404": {"$ref": "#/components/responses/NotFound"}}
+
+
 def _operation(
     summary: str,
     description: str,
     ok: dict[str, Any],
     *,
     parameters: Sequence[dict[str, Any]] = (),
-    errors: Sequence[str] = ("404",),
+    errors: dict[str, Any] = NOT_FOUND,
     body: str | None = None,
-    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    responses: dict[str, Any] = dict(ok)
-    for status in errors:
-        responses[status] = extra[status] if extra and status in extra else {"$ref": _COMMON[status]}
+    """An operation with its success and error answers, and the refusals every route may answer."""
+    responses: dict[str, Any] = {**ok, **errors}
     responses["408"] = {"$ref": "#/components/responses/RequestTimeout"}
     responses["413"] = {"$ref": "#/components/responses/PayloadTooLarge"}
     responses["429"] = {"$ref": "#/components/responses/TooManyRequests"}
@@ -367,9 +368,6 @@ def _operation(
             "content": {JSON: {"schema": _ref(body)}, FORM: {"schema": _ref(body)}},
         }
     return operation
-
-
-_COMMON = {"404": "#/components/responses/NotFound"}
 
 
 def _ok_json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -431,8 +429,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                 "schema": {"type": "string"},
             },
         ],
-        errors=("500",),
-        extra={"500": _json("Error", '`{"message": "Server Error"}`: `q` sent as an array.')},
+        errors={"500": _json("Error", '`{"message": "Server Error"}`: `q` sent as an array.')},
     ),
     "api.v1.resources.user": _operation(
         "User names by prefix",
@@ -449,8 +446,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                 "schema": {"type": "string", "minLength": 1, "maxLength": 255},
             }
         ],
-        errors=("422",),
-        extra={
+        errors={
             "422": _json(
                 "ValidationError",
                 "`name` missing, blank, an array or longer than 255 characters.",
@@ -501,32 +497,29 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         _ok_json(_ref("Payment"), "The payment."),
         parameters=[_path("payment", "The payment's ULID.")],
     ),
-    "api.v1.chat.auth": {
-        "summary": "Chat sign-in",
-        "description": "A temporary redirect into the website's sign-in flow (for a browser). `code` and `state` are ignored.",
-        "parameters": [],
-        "responses": {
+    "api.v1.chat.auth": _operation(
+        "Chat sign-in",
+        "A temporary redirect into the website's sign-in flow (for a browser). `code` and `state` are ignored.",
+        {
             "302": {
                 "description": "Redirect to `{base_url}/auth/chat/redirect` (empty body).",
                 "headers": {
                     **_headers(limited=True),
                     "Location": {"required": True, "schema": {"type": "string"}},
                 },
-            },
-            "408": {"$ref": "#/components/responses/RequestTimeout"},
-            "413": {"$ref": "#/components/responses/PayloadTooLarge"},
-            "429": {"$ref": "#/components/responses/TooManyRequests"},
+            }
         },
-    },
+        errors={},
+    ),
     "api.v1.chat.store": _operation(
         "A chat member's accesses",
         "The active accesses (by ascending id) of the member who linked the chat account `chat`. Writes nothing.",
         _ok_json({"type": "array", "items": _ref("Access")}, "The accesses (maybe `[]`)."),
-        errors=("400", "404"),
-        body="ChatBody",
-        extra={
-            "400": _json("Error", '`{"message": "Chat not found"}`: `chat` missing, blank or not a string.')
+        errors={
+            "400": _json("Error", '`{"message": "Chat not found"}`: `chat` missing, blank or not a string.'),
+            **NOT_FOUND,
         },
+        body="ChatBody",
     ),
     "api.v1.chat.user": _operation(
         "A chat member",
@@ -540,13 +533,13 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "an unknown member), then the member (404). Idempotent.",
         _ok_json(_ref("GrantOutcome"), "`ok` when granted or reactivated, `ko` when already owned."),
         parameters=[_path("user", "Chat user id (snowflake)."), _RESOURCE],
-        errors=("403", "404"),
         body="GrantBody",
-        extra={
+        errors={
+            **NOT_FOUND,
             "403": _json(
                 "Error",
                 '`{"message": ""}`: the secret is missing, wrong or not a string, or none is configured.',
-            )
+            ),
         },
     ),
     "api.v1.chat.server": _operation(
