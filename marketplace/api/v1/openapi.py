@@ -610,11 +610,17 @@ def openapi_document(routes: Sequence[ApiRoute], prefix: str) -> dict[str, Any]:
         )
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
-        operation = {"operationId": route.name, **OPERATIONS[route.name]}
+        # Grouped by area, as route names are (`api.v1.<area>.<action>`).
+        tags = [route.name.split(".")[2]]
+        operation = {"operationId": route.name, "tags": tags, **OPERATIONS[route.name]}
         item = paths.setdefault(route.path, {})
         item[route.method.lower()] = operation
         if route.method == "GET":
-            item["head"] = {"operationId": route.name + ".head", **_head_of(OPERATIONS[route.name])}
+            item["head"] = {
+                "operationId": route.name + ".head",
+                "tags": tags,
+                **_head_of(OPERATIONS[route.name]),
+            }
     return {
         "openapi": "3.1.0",
         "info": {"title": "Marketplace API", "version": "1", "description": DESCRIPTION},
