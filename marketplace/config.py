@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     read_timeout_seconds: float = Field(default=10.0, gt=0)
     # Limiter windows (and cached answers) the in-process store keeps exactly; beyond, see stores.py.
     memory_store_max_keys: int = Field(default=100_000, ge=1)
+    # Each worker's cache of encoded catalogue answers (0 entries or bytes: no cache).
+    worker_cache_max_entries: int = Field(default=20_000, ge=0)
+    worker_cache_max_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = True

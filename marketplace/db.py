@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.util import await_only
 
+from marketplace.changes import announce_commits
 from marketplace.config import Settings
 
 _ASYNC_DRIVERS = {
@@ -110,6 +111,7 @@ def create_engine(settings: Settings, *, statement_timeout: float | None = None)
             pool_recycle=1800,
         )
     engine = create_async_engine(url, **options)
+    announce_commits(engine)
     if url.get_backend_name() == "sqlite":
         _prepare_sqlite(engine, statement_timeout)
     return engine

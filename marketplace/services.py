@@ -13,9 +13,11 @@ import httpx
 from sqlalchemy import QueuePool, event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from marketplace.changes import change_feed_for, follow_own_commits
 from marketplace.config import Settings
-from marketplace.db import create_engine, session_factory
+from marketplace.db import async_url, create_engine, session_factory
 from marketplace.http.cache import AnswerCache
+from marketplace.http.worker_cache import WorkerCache
 from marketplace.stores import MemoryStore, RedisStore, Store
 from marketplace.telemetry.metrics import DB_POOL_CAPACITY, DB_POOL_IN_USE
 
@@ -35,6 +37,8 @@ class Services:
     write_sessions: async_sessionmaker[AsyncSession]
     store: Store
     answers: AnswerCache
+    # Encoded catalogue answers of this worker, valid until the next committed change.
+    worker_cache: WorkerCache
     http: httpx.AsyncClient
     app_key: bytes
 
@@ -49,6 +53,7 @@ class Services:
 
     async def close(self) -> None:
         await self.http.aclose()
+        await self.worker_cache.close()
         await self.store.close()
         await self.engine.dispose()
         DB_POOL_CAPACITY.set(0)
@@ -83,6 +88,8 @@ def build_services(settings: Settings) -> Services:
         logger.warning("MARKETPLACE_APP_KEY is unset: activity-log address hashes differ between processes")
         app_key = secrets.token_bytes(32)
     store = build_store(settings)
+    changes = change_feed_for(async_url(settings.database_url), settings.db_connect_timeout_seconds)
+    follow_own_commits(engine, changes)
     return Services(
         settings=settings,
         engine=engine,
@@ -90,6 +97,11 @@ def build_services(settings: Settings) -> Services:
         write_sessions=session_factory(engine),
         store=store,
         answers=AnswerCache(store, settings.upstream_timeout_seconds + _CACHE_WAIT_MARGIN_SECONDS),
+        worker_cache=WorkerCache(
+            changes,
+            max_entries=settings.worker_cache_max_entries,
+            max_bytes=settings.worker_cache_max_bytes,
+        ),
         # Each call's total time is bounded by asyncio.timeout in the upstream clients; this one
         # bounds each phase so that a stalled connect never outlives that.
         http=httpx.AsyncClient(

@@ -77,6 +77,8 @@ class ApiRoute:
     limits: tuple[LimitRule, ...] = ()
     # Path parameters that are credentials of a caller: logs show the route with them hidden.
     hidden_params: tuple[str, ...] = ()
+    # A public read whose 200 answers each worker may keep until the data changes (worker_cache.py).
+    cached: bool = False
     pattern: re.Pattern[str] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -165,9 +167,19 @@ class ApiRouter:
         except TooManyRequests as refused:
             return JsonAnswer({"message": "Too many requests."}, status_code=429, headers=refused.headers)
         headers = limit_headers(counted)
+        generation: int | None = None
+        if route.cached:
+            key = (route.name, scope["path"], scope["query_string"])
+            hit, generation = self.services.worker_cache.lookup(key)
+            if hit is not None:
+                response = hit.response()
+                response.headers.update(headers)
+                return response
         request = Request(scope, receive)
         try:
             response = await route.endpoint(ApiCall(request, params, route, self.services, ip))
+            if generation is not None:
+                self.services.worker_cache.keep(key, generation, response)
         except ApiError as error:
             response = Response(
                 error_body(error.message, error.errors),

@@ -67,6 +67,23 @@ UPSTREAM_DURATION = Histogram(
     ["upstream"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+WORKER_CACHE_LOOKUPS = Counter(
+    "marketplace_worker_cache_lookups_total",
+    "Lookups in the workers' caches of encoded catalogue answers, by outcome (hit, miss, off: "
+    "database changes not followed at that moment).",
+    ["outcome"],
+)
+WORKER_CACHE_BYTES = Gauge(
+    "marketplace_worker_cache_bytes",
+    "Bytes held by the workers' caches of encoded answers (summed over live workers).",
+    multiprocess_mode="livesum",
+)
+CHANGE_FEED_UP = Gauge(
+    "marketplace_change_feed_up",
+    "Workers following database changes on PostgreSQL (LISTEN); a worker without it serves "
+    "nothing from its cache.",
+    multiprocess_mode="livesum",
+)
 DB_POOL_IN_USE = Gauge(
     "marketplace_db_pool_connections_in_use",
     "Database connections checked out of the pools (summed over live workers).",

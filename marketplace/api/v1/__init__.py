@@ -41,14 +41,28 @@ ROUTES = (
         (licence_limits,),
         hidden_params=("key",),
     ),
-    ApiRoute("GET", "/resource/search", "api.v1.resources.search", resources.search, (search_limits,)),
-    ApiRoute("GET", "/resource/user", "api.v1.resources.user", resources.user_names),
-    ApiRoute("GET", "/resource/versions/{resource}", "api.v1.resources.versions", resources.versions),
+    # The public catalogue reads: answers kept by each worker until the data changes.
     ApiRoute(
-        "GET", "/resource/version/{resource}", "api.v1.resources.version.current", resources.current_version
+        "GET",
+        "/resource/search",
+        "api.v1.resources.search",
+        resources.search,
+        (search_limits,),
+        cached=True,
     ),
-    ApiRoute("GET", "/resource/{resource}", "api.v1.resources.show", resources.show),
-    ApiRoute("GET", "/author/{user}", "api.v1.authors.show", authors.show),
+    ApiRoute("GET", "/resource/user", "api.v1.resources.user", resources.user_names, cached=True),
+    ApiRoute(
+        "GET", "/resource/versions/{resource}", "api.v1.resources.versions", resources.versions, cached=True
+    ),
+    ApiRoute(
+        "GET",
+        "/resource/version/{resource}",
+        "api.v1.resources.version.current",
+        resources.current_version,
+        cached=True,
+    ),
+    ApiRoute("GET", "/resource/{resource}", "api.v1.resources.show", resources.show, cached=True),
+    ApiRoute("GET", "/author/{user}", "api.v1.authors.show", authors.show, cached=True),
     ApiRoute("GET", "/gift/{gift}", "api.v1.gifts.check", gifts.check),
     ApiRoute("GET", "/payment/{payment}", "api.v1.payments.show", payments.show),
     ApiRoute("GET", "/chat/authentication", "api.v1.chat.auth", chat.authentication),

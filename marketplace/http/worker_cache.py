@@ -1,0 +1,123 @@
+"""Each worker's cache of encoded answers to the public catalogue reads.
+
+An answer is kept as its final bytes, keyed by route name, path and raw query string, for one
+generation of the data (`changes.py`): the first lookup in a new generation drops everything (a
+write is rare next to the reads, and any write may change any card: purchases, ratings, the
+current version). An answer is kept under the generation seen *before* it was read, so an answer
+read while a write committed is never served afterwards. Bounded in entries and bytes (least
+recently used first out); answers and keys beyond a size are not kept at all.
+
+Only 200 answers of routes marked `cached` are kept; the limiters run before every lookup.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from starlette.responses import Response
+
+from marketplace.changes import ChangeFeed
+from marketplace.telemetry.metrics import WORKER_CACHE_BYTES, WORKER_CACHE_LOOKUPS
+
+CacheKey = tuple[str, str, bytes]
+
+# Longest path plus query string kept (a key is held as long as its answer).
+MAX_KEY_BYTES = 1024
+# An entry's bookkeeping beyond its bytes, counted against the byte budget.
+_ENTRY_OVERHEAD_BYTES = 200
+
+_HIT = WORKER_CACHE_LOOKUPS.labels("hit")
+_MISS = WORKER_CACHE_LOOKUPS.labels("miss")
+_OFF = WORKER_CACHE_LOOKUPS.labels("off")
+
+
+@dataclass(frozen=True, slots=True)
+class CachedAnswer:
+    body: bytes
+    raw_headers: tuple[tuple[bytes, bytes], ...]
+
+    def response(self) -> Response:
+        """A 200 response with the cached bytes and headers (more may be added to it)."""
+        response = Response.__new__(Response)
+        response.status_code = 200
+        response.background = None
+        response.body = self.body
+        response.raw_headers = list(self.raw_headers)
+        return response
+
+
+class WorkerCache:
+    def __init__(self, changes: ChangeFeed, *, max_entries: int, max_bytes: int) -> None:
+        self.changes = changes
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.enabled = max_entries > 0 and max_bytes > 0
+        self._entries: OrderedDict[CacheKey, CachedAnswer] = OrderedDict()
+        self._bytes = 0
+        self._generation: int | None = None
+
+    def generation(self) -> int | None:
+        """The current generation, emptying the cache when it moved; None: neither read nor keep."""
+        if not self.enabled:
+            return None
+        current = self.changes.generation()
+        if current != self._generation:
+            self.clear()
+            self._generation = current
+        return current
+
+    def lookup(self, key: CacheKey) -> tuple[CachedAnswer | None, int | None]:
+        """The answer cached for `key`, and the generation to keep a fresh answer under."""
+        generation = self.generation()
+        if generation is None:
+            if self.enabled:
+                _OFF.inc()
+            return None, None
+        found = self._entries.get(key)
+        if found is None:
+            _MISS.inc()
+            return None, generation
+        self._entries.move_to_end(key)
+        _HIT.inc()
+        return found, generation
+
+    def keep(self, key: CacheKey, generation: int, response: Response) -> None:
+        """Keep a 200 answer read under `generation`, unless the data moved on meanwhile."""
+        if response.status_code != 200 or self.generation() != generation:
+            return
+        answer = CachedAnswer(bytes(response.body), tuple(response.raw_headers))
+        size = _size(key, answer)
+        # One answer never takes more than a sixteenth of the budget: big pages are not worth it.
+        if len(key[1]) + len(key[2]) > MAX_KEY_BYTES or size > self.max_bytes // 16:
+            return
+        previous = self._entries.pop(key, None)
+        if previous is not None:
+            self._bytes -= _size(key, previous)
+        self._entries[key] = answer
+        self._bytes += size
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            old_key, old = self._entries.popitem(last=False)
+            self._bytes -= _size(old_key, old)
+        WORKER_CACHE_BYTES.set(self._bytes)
+
+    def clear(self) -> None:
+        if self._entries:
+            self._entries.clear()
+            self._bytes = 0
+            WORKER_CACHE_BYTES.set(0)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    async def close(self) -> None:
+        self.clear()
+        await self.changes.close()
+
+
+def _size(key: CacheKey, answer: CachedAnswer) -> int:
+    return len(answer.body) + len(key[1]) + len(key[2]) + _ENTRY_OVERHEAD_BYTES
