@@ -225,6 +225,21 @@ async def test_a_transaction_that_wrote_sends_one_notice_and_a_read_sends_none(s
 
 
 @postgresql_only
+async def test_a_write_made_outside_the_service_reaches_the_workers(
+    workers: list[tuple[Services, httpx.AsyncClient]], settings: Settings
+) -> None:
+    for _services, client in workers:
+        await name_of(client)
+    outside = await asyncpg.connect(asyncpg_dsn(settings))
+    try:
+        await outside.execute("UPDATE resources SET name = 'Edited By Hand' WHERE id = 1")
+    finally:
+        await outside.close()
+    await asyncio.sleep(CHANGE_BOUND_SECONDS)
+    assert [await name_of(client) for _services, client in workers] == ["Edited By Hand"] * 2
+
+
+@postgresql_only
 async def test_a_lost_change_feed_turns_the_cache_off_until_it_is_back(
     client: httpx.AsyncClient, services: Services, settings: Settings
 ) -> None:
@@ -241,7 +256,7 @@ async def test_a_lost_change_feed_turns_the_cache_off_until_it_is_back(
                 break
             await asyncio.sleep(0.01)
         assert services.worker_cache.generation() is None
-        # A write that announces nothing: only a cache that is off can show it.
+        # A write made while nobody listens: only a cache that is off can show it.
         await admin.execute("UPDATE resources SET name = 'Unannounced' WHERE id = 1")
         off_before = lookups("off")
         assert await name_of(client) == "Unannounced"
