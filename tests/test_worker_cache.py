@@ -76,6 +76,20 @@ async def name_of(client: httpx.AsyncClient, resource_id: int = 1) -> str:
     return str(response.json()["name"])
 
 
+async def grant_to_owner(client: httpx.AsyncClient) -> None:
+    granted = await client.post(
+        f"/api/v1/chat/{OWNER_CHAT_ID}/apply/1", json={"custom_password": GRANT_SECRET}
+    )
+    assert granted.status_code == 200
+
+
+async def reads_the_database(services: Services, client: httpx.AsyncClient) -> bool:
+    """Whether reading the card runs a statement (it is not answered from the cache)."""
+    with recorded_statements(services.engine) as statements:
+        await name_of(client)
+    return statements != []
+
+
 async def test_a_repeated_catalogue_read_is_answered_without_the_database(
     client: httpx.AsyncClient, services: Services
 ) -> None:
@@ -147,17 +161,10 @@ async def test_a_grant_empties_its_workers_cache_at_once_and_the_others_within_t
     for _services, client in workers:
         await name_of(client)  # cached now
     (granting_services, granting), (other_services, other) = workers
-    granted = await granting.post(
-        f"/api/v1/chat/{OWNER_CHAT_ID}/apply/1", json={"custom_password": GRANT_SECRET}
-    )
-    assert granted.status_code == 200
-    with recorded_statements(granting_services.engine) as statements:
-        await name_of(granting)
-    assert statements != []
+    await grant_to_owner(granting)
+    assert await reads_the_database(granting_services, granting)
     await asyncio.sleep(CHANGE_BOUND_SECONDS)
-    with recorded_statements(other_services.engine) as statements:
-        await name_of(other)
-    assert statements != []
+    assert await reads_the_database(other_services, other)
 
 
 @postgresql_only
@@ -171,13 +178,8 @@ async def test_a_workers_own_commit_empties_its_cache_without_waiting_for_the_no
         async with make_client(services) as client:
             await until_following(services)
             await name_of(client)
-            granted = await client.post(
-                f"/api/v1/chat/{OWNER_CHAT_ID}/apply/1", json={"custom_password": GRANT_SECRET}
-            )
-            assert granted.status_code == 200
-            with recorded_statements(services.engine) as statements:
-                await name_of(client)
-        assert statements != []
+            await grant_to_owner(client)
+            assert await reads_the_database(services, client)
     finally:
         await services.close()
 
