@@ -177,6 +177,8 @@ class PostgresChangeFeed:
         self._generation = 0
         self._listening = False
         self._task: asyncio.Task[None] | None = None
+        # Between a failure and the next successful LISTEN (its warning is written once).
+        self._in_outage = False
 
     def generation(self) -> int | None:
         if self._task is None or self._task.done():
@@ -197,7 +199,10 @@ class PostgresChangeFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                logger.warning("following database changes failed: %s", error)
+                # Once per outage, not once per retry: the retries go on every second meanwhile.
+                if not self._in_outage:
+                    logger.warning("cannot follow database changes, worker cache off: %s", error)
+                self._in_outage = True
             self._set_listening(False)
             await asyncio.sleep(RECONNECT_DELAY_SECONDS)
 
@@ -212,12 +217,16 @@ class PostgresChangeFeed:
             # Whatever was committed while nobody listened is unknown: start afresh.
             self._generation += 1
             self._set_listening(True)
+            if self._in_outage:
+                logger.info("following database changes again, worker cache on")
+                self._in_outage = False
             while not lost.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(lost.wait(), HEARTBEAT_SECONDS)
                 if not lost.is_set():
                     await connection.fetchval("SELECT 1", timeout=HEARTBEAT_TIMEOUT_SECONDS)
-            logger.warning("the connection following database changes was lost")
+            logger.warning("the connection following database changes was lost, worker cache off")
+            self._in_outage = True
         finally:
             self._set_listening(False)
             connection.terminate()
