@@ -1,8 +1,8 @@
 """Builds the ASGI application: the layers every request passes, the `/api/v1` routes, storage
 files, the operator endpoints, lifespan.
 
-From the outside in: the request observer (request id, client address, access log, metrics), the
-API envelope (version header, CORS, 500s), the body limit, then dispatch by path.
+One layer, the edge (request id, client address, CORS preflights, the body cap; on the way out
+the envelope's headers, 500s, the access log and metrics), then dispatch by path.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from marketplace.api.v1 import GROUP_LIMITS, PREFIX, ROUTES
 from marketplace.config import Settings
 from marketplace.health import HealthCheck
-from marketplace.http.body import BodyLimit
-from marketplace.http.envelope import ApiEnvelope, is_api_path
+from marketplace.http.edge import HttpEdge
+from marketplace.http.envelope import is_api_path
 from marketplace.http.json import JsonAnswer
-from marketplace.http.observation import RequestObserver, set_route_name
+from marketplace.http.observation import set_route_name
 from marketplace.http.routing import ApiRouter, not_found_answer
 from marketplace.reference import ApiReference
 from marketplace.services import Services, build_services
@@ -98,13 +98,12 @@ async def _metrics(scope: Scope, receive: Receive, send: Send) -> None:
 def build_app(settings: Settings | None = None, services: Services | None = None) -> ASGIApp:
     services = services or build_services(settings or Settings())
     settings = services.settings
-    dispatch = BodyLimit(
+    return HttpEdge(
         MarketplaceApp(services),
-        max_bytes=settings.max_body_bytes,
-        timeout_seconds=settings.read_timeout_seconds,
-    )
-    return RequestObserver(
-        ApiEnvelope(dispatch), trusted_proxies=settings.proxies, access_log=settings.access_log
+        trusted_proxies=settings.proxies,
+        access_log=settings.access_log,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_seconds=settings.read_timeout_seconds,
     )
 
 

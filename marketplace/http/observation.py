@@ -1,10 +1,10 @@
-"""The outermost ASGI wrapper: what operators see of every request.
+"""What operators see of every request.
 
-It resolves the client address once (the limiters and the activity log read it from here), gives
-the request an id (the caller's `X-Request-Id` when it is a plain token, else a fresh one) that is
-sent back as `X-Request-Id` and stamped on every log line written meanwhile, and when the answer
-is complete writes one access-log line and counts the request and its duration per route name
-and status. What it logs of the request is bounded and free of secrets: the path with secret path
+The edge (`edge.py`) resolves the client address once (the limiters and the activity log read
+it from here) and gives the request an id (the caller's `X-Request-Id` when it is a plain token,
+else a fresh one) that is sent back as `X-Request-Id` and stamped on every log line written
+meanwhile; when the answer is complete, the recorder writes one access-log line and counts the
+request and its duration per route name and status. What it logs of the request is bounded and free of secrets: the path with secret path
 parameters hidden, the query string with secret fields' values hidden, never a body or a header.
 """
 
@@ -13,14 +13,12 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-import time
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
-from marketplace.http.client_ip import TrustedProxies, client_ip
-from marketplace.telemetry.logs import REQUEST_ID
+from marketplace.http.client_ip import client_ip
 from marketplace.telemetry.metrics import REQUEST_DURATION, REQUESTS
 
 access_logger = logging.getLogger("marketplace.access")
@@ -36,23 +34,23 @@ MAX_LOGGED_CHARS = 1000
 _STATE = "marketplace"
 
 
-def _state(scope: Scope) -> dict[str, Any]:
+def request_state(scope: Scope) -> dict[str, Any]:
     state: dict[str, Any] = scope.setdefault("state", {}).setdefault(_STATE, {})
     return state
 
 
 def request_client_ip(scope: Scope) -> str:
     """The client address resolved for this request (the socket peer when none was resolved)."""
-    resolved = _state(scope).get("client_ip")
+    resolved = request_state(scope).get("client_ip")
     if resolved is None:
         resolved = client_ip(scope)
-        _state(scope)["client_ip"] = resolved
+        request_state(scope)["client_ip"] = resolved
     return str(resolved)
 
 
 def set_route_name(scope: Scope, name: str, logged_path: str | None = None) -> None:
     """Name the route that answers (metrics and logs), and the path to log if it must hide parts."""
-    state = _state(scope)
+    state = request_state(scope)
     state["route"] = name
     if logged_path is not None:
         state["logged_path"] = logged_path
@@ -81,45 +79,15 @@ def loggable_query(raw: bytes) -> str:
     return _printable(shown[:MAX_LOGGED_CHARS])
 
 
-class RequestObserver:
-    def __init__(self, app: ASGIApp, *, trusted_proxies: TrustedProxies, access_log: bool) -> None:
-        self.app = app
-        self.trusted_proxies = trusted_proxies
+class RequestRecorder:
+    """Writes the access-log line and counts the request, once its answer is complete."""
+
+    def __init__(self, *, access_log: bool) -> None:
         self.access_log = access_log
         # The metrics' children by (route, method, status): a few dozen, looked up once each.
         self._counted: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        request_id = _request_id(scope)
-        state = _state(scope)
-        state["client_ip"] = client_ip(scope, self.trusted_proxies)
-        token = REQUEST_ID.set(request_id)
-        status: int | None = None
-        sent_bytes = 0
-
-        async def observed_send(message: Message) -> None:
-            nonlocal status, sent_bytes
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                message = {
-                    **message,
-                    "headers": [*message.get("headers", []), (REQUEST_ID_HEADER, request_id.encode("ascii"))],
-                }
-            elif message["type"] == "http.response.body":
-                sent_bytes += len(message.get("body", b""))
-            await send(message)
-
-        try:
-            await self.app(scope, receive, observed_send)
-        finally:
-            self._record(scope, state, status, sent_bytes, time.perf_counter() - started, request_id)
-            REQUEST_ID.reset(token)
-
-    def _record(
+    def record(
         self,
         scope: Scope,
         state: dict[str, Any],
@@ -171,7 +139,8 @@ class RequestObserver:
 _KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-def _request_id(scope: Scope) -> str:
+def request_id(scope: Scope) -> str:
+    """The caller's `X-Request-Id` when it is a plain token, else a fresh one."""
     for name, value in scope.get("headers", ()):
         if name == REQUEST_ID_HEADER and _REQUEST_ID.match(value):
             return str(value.decode("ascii"))

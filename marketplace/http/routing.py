@@ -103,6 +103,12 @@ class ApiRoute:
         )
 
 
+def _first_segment(route_path: str) -> str | None:
+    """The route's first path segment when it is literal text, else None."""
+    first = route_path[1:].split("/", 1)[0]
+    return None if "{" in first else first
+
+
 def not_found_answer(headers: dict[str, str] | None = None) -> Response:
     return JsonAnswer({"message": "Not found."}, status_code=404, headers=headers)
 
@@ -121,12 +127,21 @@ class ApiRouter:
         self.routes = tuple(routes)
         self.group_limits = tuple(group_limits)
         self.services = services
+        # The routes a path may match, by its first segment (all routes but a few begin with a
+        # literal one), each list in declaration order: a request tries only its candidates.
+        self._anywhere = tuple(route for route in self.routes if _first_segment(route.path) is None)
+        literals = {first for route in self.routes if (first := _first_segment(route.path)) is not None}
+        self._candidates = {
+            literal: tuple(route for route in self.routes if _first_segment(route.path) in (literal, None))
+            for literal in literals
+        }
 
     def match(self, method: str, path: str) -> tuple[ApiRoute, dict[str, str]] | list[str]:
         """The first route for `method` and `path`, or the methods the path allows (maybe none)."""
         relative = path[len(self.prefix) :].rstrip("/")
         allowed: set[str] = set()
-        for route in self.routes:
+        first = relative[1:].split("/", 1)[0]
+        for route in self._candidates.get(first, self._anywhere):
             found = route.pattern.fullmatch(relative)
             if found is None:
                 continue
@@ -141,12 +156,11 @@ class ApiRouter:
         matched = self.match(method, path)
         if isinstance(matched, list):
             set_route_name(scope, UNMATCHED_ROUTE)
-            response = self._unmatched(method, path, matched)
-        else:
-            route, params = matched
-            set_route_name(scope, route.name, route.logged_path(self.prefix, params))
-            response = await self._dispatch(scope, receive, route, params)
-        await response(scope, receive, send)
+            await self._unmatched(method, path, matched)(scope, receive, send)
+            return
+        route, params = matched
+        set_route_name(scope, route.name, route.logged_path(self.prefix, params))
+        await self._dispatch(scope, receive, send, route, params)
 
     def _unmatched(self, method: str, path: str, allowed: list[str]) -> Response:
         if not allowed:
@@ -158,23 +172,27 @@ class ApiRouter:
         return JsonAnswer({"message": message}, status_code=405, headers={"Allow": listed})
 
     async def _dispatch(
-        self, scope: Scope, receive: Receive, route: ApiRoute, params: dict[str, str]
-    ) -> Response:
+        self, scope: Scope, receive: Receive, send: Send, route: ApiRoute, params: dict[str, str]
+    ) -> None:
         ip = request_client_ip(scope)
         limits = [limit for rule in (*self.group_limits, *route.limits) for limit in rule(ip, params)]
         try:
             counted = await enforce(self.services.store, limits)
         except TooManyRequests as refused:
-            return JsonAnswer({"message": "Too many requests."}, status_code=429, headers=refused.headers)
-        headers = limit_headers(counted)
+            refusal = JsonAnswer({"message": "Too many requests."}, status_code=429, headers=refused.headers)
+            await refusal(scope, receive, send)
+            return
+        headers = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in limit_headers(counted).items()
+        ]
         generation: int | None = None
         if route.cached:
             key = (route.name, scope["path"], scope["query_string"])
             hit, generation = self.services.worker_cache.lookup(key)
             if hit is not None:
-                response = hit.response()
-                response.headers.update(headers)
-                return response
+                await hit.send(send, headers)
+                return
         request = Request(scope, receive)
         try:
             response = await route.endpoint(ApiCall(request, params, route, self.services, ip))
@@ -188,7 +206,7 @@ class ApiRouter:
             )
         except Exception as error:
             # A failure inside a counted request still answers with the limiter headers, as every
-            # error answer does; the envelope only catches what happens outside the route.
+            # error answer does; the edge only catches what happens outside the route.
             if isinstance(error, PoolTimeout):
                 DB_POOL_TIMEOUTS.inc()
                 logger.error("no free database connection for %s within the pool timeout", route.name)
@@ -197,5 +215,5 @@ class ApiRouter:
             response = Response(
                 error_body(SERVER_ERROR_MESSAGE), status_code=500, media_type="application/json"
             )
-        response.headers.update(headers)
-        return response
+        response.raw_headers.extend(headers)
+        await response(scope, receive, send)

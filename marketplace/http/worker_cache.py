@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from starlette.responses import Response
+from starlette.types import Send
 
 from marketplace.changes import ChangeFeed
 from marketplace.telemetry.metrics import WORKER_CACHE_BYTES, WORKER_CACHE_LOOKUPS
@@ -37,14 +38,12 @@ class CachedAnswer:
     body: bytes
     raw_headers: tuple[tuple[bytes, bytes], ...]
 
-    def response(self) -> Response:
-        """A 200 response with the cached bytes and headers (more may be added to it)."""
-        response = Response.__new__(Response)
-        response.status_code = 200
-        response.background = None
-        response.body = self.body
-        response.raw_headers = list(self.raw_headers)
-        return response
+    async def send(self, send: Send, more_headers: list[tuple[bytes, bytes]]) -> None:
+        """Send the cached answer, with `more_headers` after its own."""
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [*self.raw_headers, *more_headers]}
+        )
+        await send({"type": "http.response.body", "body": self.body})
 
 
 class WorkerCache:
