@@ -1,4 +1,9 @@
-"""The `marketplace` command: migrate, load, demo, serve (and import-earlier)."""
+"""The `marketplace` command: migrate, load, demo, serve (and import-earlier).
+
+Imports stay light here and heavy ones (the settings' validation, the database layer, the
+application) happen inside the commands: the supervisor of `serve --workers N` is this process,
+and it must not hold what only its workers use.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +14,15 @@ import sys
 import tempfile
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-from pydantic import ValidationError
 
-from marketplace.config import Settings
-from marketplace.db import DatabaseUrlError, engine_for, masked_url
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from marketplace.config import Settings
+    from marketplace.telemetry.logs import LogFormat
 
 T = TypeVar("T")
 
@@ -33,6 +40,10 @@ def settings_problem(error: ValidationError) -> str:
 
 
 def load_settings() -> Settings:
+    from pydantic import ValidationError
+
+    from marketplace.config import Settings
+
     try:
         return Settings()
     except ValidationError as error:
@@ -41,6 +52,7 @@ def load_settings() -> Settings:
 
 def _run(action: Callable[[Settings], Coroutine[Any, Any, T]]) -> T:
     """Run one async action with the configured settings; any failure is a one-line error and exit 1."""
+    from marketplace.db import DatabaseUrlError, masked_url
     from marketplace.fixtures.loader import FixtureError
 
     settings = load_settings()
@@ -65,6 +77,7 @@ def main() -> None:
 
 
 async def _migrate(settings: Settings) -> None:
+    from marketplace.db import engine_for
     from marketplace.migrations.runner import upgrade_to_head
 
     async with engine_for(settings) as engine:
@@ -78,6 +91,7 @@ def migrate() -> None:
 
 
 async def _require_schema(settings: Settings) -> None:
+    from marketplace.db import engine_for
     from marketplace.migrations.runner import current_revision, head_revision
 
     async with engine_for(settings) as engine:
@@ -88,6 +102,7 @@ async def _require_schema(settings: Settings) -> None:
 
 def _load(document: Any) -> dict[str, int]:
     async def action(settings: Settings) -> dict[str, int]:
+        from marketplace.db import engine_for
         from marketplace.fixtures.loader import load_document
 
         await _require_schema(settings)
@@ -168,8 +183,13 @@ def serve(
     ):
         if value is not None:
             os.environ[variable] = value
-    settings = load_settings()
-    _run(_require_schema)
+    ready: tuple[LogFormat, str]
+    if workers == 1:
+        # The one worker is this process: it checks here what it would load anyway.
+        ready = _ready_to_serve()
+    else:
+        ready = _ready_to_serve_in_a_child()
+    log_format, log_level = ready
     metrics_dir, made_here = _fresh_metrics_dir()
     os.environ[MULTIPROCESS_DIR_VARIABLE] = str(metrics_dir)
     # Imported only now: where metric values go is decided when the metrics are first imported,
@@ -189,7 +209,7 @@ def serve(
             workers=workers,
             # The service writes its own access log (marketplace.access), without secrets.
             access_log=False,
-            log_config=logging_config(settings.log_format, settings.log_level),
+            log_config=logging_config(log_format, log_level),
             # The service reads X-Forwarded-For itself, as far as MARKETPLACE_TRUSTED_PROXIES allows;
             # the server must not rewrite the peer.
             proxy_headers=False,
@@ -199,6 +219,41 @@ def serve(
     finally:
         if made_here:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _ready_to_serve() -> tuple[LogFormat, str]:
+    """Valid settings and a current schema (else one line and exit 1); the log format and level."""
+    settings = load_settings()
+    _run(_require_schema)
+    return settings.log_format, settings.log_level
+
+
+def _ready_to_serve_in_a_child() -> tuple[LogFormat, str]:
+    """`_ready_to_serve` in a short-lived process, so that the supervisor of the workers never
+    loads the settings' validation or the database layer; its one-line error is shown as is."""
+    import json
+    import subprocess
+
+    checked = subprocess.run(
+        [sys.executable, "-m", "marketplace.cli", _READY_COMMAND],
+        stdout=subprocess.PIPE,
+        check=False,
+    )
+    if checked.returncode != 0:
+        sys.exit(checked.returncode)
+    answer = json.loads(checked.stdout)
+    return "text" if answer["log_format"] == "text" else "json", str(answer["log_level"])
+
+
+_READY_COMMAND = "ready-to-serve"
+
+
+@main.command(_READY_COMMAND, hidden=True)
+def ready_to_serve() -> None:
+    import json
+
+    log_format, log_level = _ready_to_serve()
+    click.echo(json.dumps({"log_format": log_format, "log_level": log_level}))
 
 
 def _fresh_metrics_dir() -> tuple[Path, bool]:
@@ -242,6 +297,8 @@ def import_earlier(source: str, tables: tuple[str, ...], dry_run: bool) -> None:
             click.echo(line, err=True)
 
     async def action(settings: Settings) -> list[str]:
+        from marketplace.db import engine_for
+
         await _require_schema(settings)
         try:
             earlier = EarlierDatabase(source, parse_table_overrides(tables))

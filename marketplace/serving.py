@@ -6,6 +6,9 @@ protocol refuses a head larger than `MAX_HEAD_BYTES` (431) and closes a connecti
 not arrived within `MARKETPLACE_READ_TIMEOUT_SECONDS` of its first byte (408), and a connection
 that sends nothing for that long. What comes after the head, the body, is bounded by the
 application (`http/body.py`).
+
+The supervisor of several workers imports this module to hand the class to them: it imports
+nothing of the service at module level.
 """
 
 from __future__ import annotations
@@ -16,9 +19,6 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from marketplace.config import Settings
-from marketplace.telemetry.metrics import REFUSED_HEADS
-
 # nginx's default allows 4 header lines of 8 KiB; a request line and headers of 64 KiB in all are
 # far beyond any client of this API.
 MAX_HEAD_BYTES = 64 * 1024
@@ -28,6 +28,8 @@ _HEAD_END = b"\r\n\r\n"
 @functools.cache
 def head_timeout_seconds() -> float:
     """The read timeout of this process's settings (read once: protocols are made per connection)."""
+    from marketplace.config import Settings
+
     return Settings().read_timeout_seconds
 
 
@@ -91,6 +93,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()  # a connection that never sent a byte gets no answer
 
     def _refuse(self, status: int, reason: bytes) -> None:
+        from marketplace.telemetry.metrics import REFUSED_HEADS
+
         self._disarm_head_timer()
         REFUSED_HEADS.labels(str(status)).inc()
         self.logger.warning("request head refused: %d %s", status, reason.decode("ascii"))

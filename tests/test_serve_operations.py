@@ -111,3 +111,46 @@ def test_metrics_add_up_over_several_workers(operator_settings: Settings, tmp_pa
             assert sample(scrape.text, "marketplace_http_requests_total", **show) == 30
             # ...and both workers' pools (10 + 10 connections each by default).
             assert sample(scrape.text, "marketplace_db_pool_capacity") == 40
+
+
+def _mapped_files(pid: int) -> set[str]:
+    with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
+        return {line.split()[-1] for line in maps if "/" in line}
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/<pid>/maps (Linux)")
+def test_the_supervisor_of_several_workers_does_not_load_the_application(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    with running_service(environment(operator_settings), tmp_path, "--workers", "2") as server:
+        assert httpx.get(f"{server.base_url}/api/v1/resource/1").status_code == 200
+        supervisor = _mapped_files(server.process.pid)
+    # Compiled parts of the settings' validation and of the database drivers: a worker maps them,
+    # the supervisor must not.
+    heavy = [
+        path for path in supervisor if "pydantic_core" in path or "sqlalchemy" in path or "asyncpg" in path
+    ]
+    assert heavy == []
+    assert any("httptools" in path for path in supervisor)  # it did map what it runs
+
+
+def test_several_workers_refuse_to_start_on_an_invalid_setting_with_one_line(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from tests.live import MARKETPLACE
+
+    env = environment(operator_settings, MARKETPLACE_LOG_LEVEL="loud")
+    result = subprocess.run(
+        [MARKETPLACE, "serve", "--workers", "2"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("marketplace: invalid setting MARKETPLACE_LOG_LEVEL: ")
