@@ -1,24 +1,49 @@
 """Where limiter counters, cached answers and short claims live, behind one small interface.
 
 `MemoryStore` serves one process (the embedded default) in bounded memory. `RedisStore` gives the
-same semantics across processes and machines.
+same semantics across processes and machines, on one Redis or a Redis Cluster.
+
+A request's limiters are checked as one stack (`hit_all`): in order, each counting the request,
+up to the first whose window is full, which refuses it without counting it. On Redis a stack is
+one Lua script call, and the calls of every request that checks its limiters during one turn of
+the event loop go to Redis together in one pipeline: one round trip per turn, whatever the number
+of concurrent requests (at most `RedisStore.BATCH_SIZE` calls each; the rest go in the next one).
+
+On a Redis Cluster a script may only touch keys of one hash slot. Limiter keys carry a hash tag
+chosen by `marketplace.http.limits.limit_key`: every limiter counting per client address shares
+the address's slot, so most requests still make one script call. A limiter counting per path
+parameter (shared by all addresses) lives in that parameter's slot; a stack is then checked as
+runs of consecutive limits of one slot, each run a script call of its own and each only after
+the one before has admitted the request, so the outcome is the same as on one Redis. Cached
+answers and claims are single-key operations, valid in any slot.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
 import math
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
-from redis.exceptions import RedisError
+from redis.crc import key_slot
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from marketplace.telemetry.metrics import STORE_ERRORS
 
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
+
 logger = logging.getLogger("marketplace.stores")
+
+# What a Redis fault looks like: a cluster's routing errors are not `RedisError`s.
+_FAULTS = (RedisError, RedisClusterException, OSError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +57,28 @@ class WindowHit:
     retry_after: int
 
 
+@dataclass(frozen=True, slots=True)
+class WindowCheck:
+    """One limiter of a stack: its key and its fixed window."""
+
+    key: str
+    max_attempts: int
+    decay_seconds: int
+
+
 class Store(Protocol):
     async def hit(self, key: str, max_attempts: int, decay_seconds: int) -> WindowHit:
         """Refuse when the window's count has reached `max_attempts`, else count this hit.
 
         A window starts at the key's first hit and lasts `decay_seconds`.
+        """
+        ...
+
+    async def hit_all(self, checks: Sequence[WindowCheck]) -> list[WindowHit]:
+        """`hit` each check in order up to the first refusal: one outcome per check made.
+
+        The answer ends at the first refused check (its limiter does not count the hit; those
+        before it do), or holds one admitted outcome per check.
         """
         ...
 
@@ -103,6 +145,16 @@ class MemoryStore:
     @property
     def cache_bytes(self) -> int:
         return self._cache_bytes
+
+    async def hit_all(self, checks: Sequence[WindowCheck]) -> list[WindowHit]:
+        # `hit` never suspends: the stack is checked with no other request in between.
+        hits: list[WindowHit] = []
+        for check in checks:
+            hit = await self.hit(check.key, check.max_attempts, check.decay_seconds)
+            hits.append(hit)
+            if not hit.allowed:
+                break
+        return hits
 
     async def hit(self, key: str, max_attempts: int, decay_seconds: int) -> WindowHit:
         now = self._clock()
@@ -199,20 +251,32 @@ class MemoryStore:
         self._claims.clear()
 
 
-# One round trip per limiter check: refuse when the window is full, else count the hit; the first
-# hit of a key starts its window (the key's expiry). Returns {allowed, count, milliseconds left}.
-_HIT_SCRIPT = """
-local count = tonumber(redis.call('GET', KEYS[1]) or '0')
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then
-  redis.call('SET', KEYS[1], 1, 'PX', ARGV[2])
-  return {1, 1, tonumber(ARGV[2])}
+# Checks a stack of limiters in one call: for each key in order, refuse when its window is full
+# (and stop there), else count the hit; the first hit of a key starts its window (the key's
+# expiry). ARGV holds each key's maximum and window in milliseconds. Returns, per key checked,
+# {allowed, count, milliseconds left}, flattened.
+_STACK_SCRIPT = """
+local outcomes = {}
+for i, key in ipairs(KEYS) do
+  local window = tonumber(ARGV[2 * i])
+  local count = tonumber(redis.call('GET', key) or '0')
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 then
+    redis.call('SET', key, 1, 'PX', window)
+    count, ttl = 1, window
+  elseif count >= tonumber(ARGV[2 * i - 1]) then
+    outcomes[#outcomes + 1] = 0
+    outcomes[#outcomes + 1] = count
+    outcomes[#outcomes + 1] = ttl
+    return outcomes
+  else
+    count = redis.call('INCR', key)
+  end
+  outcomes[#outcomes + 1] = 1
+  outcomes[#outcomes + 1] = count
+  outcomes[#outcomes + 1] = ttl
 end
-if count >= tonumber(ARGV[1]) then
-  return {0, count, ttl}
-end
-count = redis.call('INCR', KEYS[1])
-return {1, count, ttl}
+return outcomes
 """
 
 # Deletes a claim only if the token still holds it (a claim that expired may belong to another).
@@ -223,9 +287,115 @@ end
 return 0
 """
 
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+# One script call waiting for the next pipeline: its keys, its arguments, who waits for the reply.
+_Call = tuple[list[str], list[int], "asyncio.Future[list[int]]"]
+
+
+class _ScriptCalls:
+    """Sends the stack script calls made during one turn of the event loop in one pipeline.
+
+    The first call of a turn schedules the send for the loop's next turn; every call made until
+    then joins it. Each caller awaits its own reply or error; a caller that goes away takes its
+    call out of a send that has not started, and never cancels the others'.
+    """
+
+    def __init__(self, redis: Redis | RedisCluster, script: str, batch_size: int) -> None:
+        self._redis = redis
+        self._script = script
+        self._sha = _script_sha(script)
+        self._batch_size = batch_size
+        self._waiting: list[_Call] = []
+        self._scheduled = False
+        self._sending: set[asyncio.Task[None]] = set()
+        # Pipelines sent so far (tests and benchmarks count round trips with it).
+        self.pipelines = 0
+
+    async def call(self, keys: list[str], args: list[int]) -> list[int]:
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[list[int]] = loop.create_future()
+        self._waiting.append((keys, args, reply))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._send_waiting)
+        return await reply
+
+    def _send_waiting(self) -> None:
+        self._scheduled = False
+        batch = [call for call in self._waiting[: self._batch_size] if not call[2].done()]
+        del self._waiting[: self._batch_size]
+        if self._waiting:
+            # Bounded pipelines: the rest waits for the next turn.
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_waiting)
+        if batch:
+            sending = asyncio.ensure_future(self._send(batch))
+            # Held until done, so that the task is not collected while callers wait for it.
+            self._sending.add(sending)
+            sending.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[_Call]) -> None:
+        try:
+            replies = await self._pipeline(batch)
+        except Exception as error:  # each caller decides: faults fail open, a bug reaches them all
+            for _, _, reply in batch:
+                if not reply.done():
+                    reply.set_exception(error)
+            return
+        except BaseException:
+            # Cancelled mid-send (the loop shutting down): nobody is left waiting forever.
+            for _, _, reply in batch:
+                reply.cancel()
+            raise
+        for (_, _, reply), outcome in zip(batch, replies, strict=True):
+            if reply.done():
+                continue
+            if isinstance(outcome, Exception):
+                reply.set_exception(outcome)
+            else:
+                reply.set_result(cast("list[int]", outcome))
+
+    async def _pipeline(self, batch: list[_Call]) -> list[object]:
+        self.pipelines += 1
+        replies = await self._evaluate([(keys, args) for keys, args, _ in batch])
+        unknown = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if unknown:
+            # A server meeting the script first (a new node, a restart, a flush); NOSCRIPT means
+            # the call did not run, so running it again counts each hit once.
+            await self._redis.script_load(self._script)
+            self.pipelines += 1
+            again = await self._evaluate([(batch[index][0], batch[index][1]) for index in unknown])
+            for index, reply in zip(unknown, again, strict=True):
+                replies[index] = reply
+        return replies
+
+    async def _evaluate(self, calls: list[tuple[list[str], list[int]]]) -> list[object]:
+        # EVALSHA staged by hand: redis-py's Script objects make every pipeline ask SCRIPT EXISTS
+        # first, a second round trip.
+        pipeline = self._redis.pipeline(transaction=False)
+        for keys, args in calls:
+            pipeline.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)
+        replies: list[object] = await pipeline.execute(raise_on_error=False)
+        return replies
+
+    async def close(self) -> None:
+        for call in self._waiting:
+            call[2].cancel()
+        self._waiting.clear()
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
+
+
+def _script_sha(script: str) -> str:
+    return hashlib.sha1(script.encode("utf-8")).hexdigest()
+
 
 class RedisStore:
     """Counters, cache and claims in Redis, shared by every process and machine of the service.
+
+    `url` is a Redis URL (`redis://`, `rediss://`, `unix://`), or `redis+cluster://host:port`
+    (`rediss+cluster://` with TLS) naming any node of a Redis Cluster.
 
     Redis faults never fail a request: while Redis is unreachable, limiters admit every request,
     the cache misses and every claim is granted; a warning is logged at most once a minute, each
@@ -235,22 +405,41 @@ class RedisStore:
 
     RETRY_PAUSE_SECONDS = 2.0
     WARNING_INTERVAL_SECONDS = 60.0
+    BATCH_SIZE = 256
 
     def __init__(self, url: str, prefix: str = "marketplace:") -> None:
-        from redis.asyncio import Redis
+        scheme, _, rest = url.partition("://")
+        self._redis: Redis | RedisCluster
+        if scheme in CLUSTER_SCHEMES:
+            from redis.asyncio.cluster import RedisCluster
 
-        self._redis = Redis.from_url(
-            url,
-            socket_connect_timeout=0.5,
-            socket_timeout=0.5,
-            health_check_interval=30,
-            retry_on_timeout=False,
-        )
+            self._redis = RedisCluster.from_url(
+                scheme.removesuffix("+cluster") + "://" + rest,
+                socket_connect_timeout=0.5,
+                socket_timeout=0.5,
+            )
+            self.cluster = True
+        else:
+            from redis.asyncio import Redis
+
+            self._redis = Redis.from_url(
+                url,
+                socket_connect_timeout=0.5,
+                socket_timeout=0.5,
+                health_check_interval=30,
+                retry_on_timeout=False,
+            )
+            self.cluster = False
         self._prefix = prefix
-        self._hit_script = self._redis.register_script(_HIT_SCRIPT)
+        self._stacks = _ScriptCalls(self._redis, _STACK_SCRIPT, self.BATCH_SIZE)
         self._release_script = self._redis.register_script(_RELEASE_SCRIPT)
         self._paused_until = 0.0
         self._last_warning = 0.0
+
+    @property
+    def pipelines(self) -> int:
+        """Pipelines of limiter checks sent to Redis so far."""
+        return self._stacks.pipelines
 
     def _available(self) -> bool:
         return time.monotonic() >= self._paused_until
@@ -264,26 +453,54 @@ class RedisStore:
             logger.warning("Redis unavailable (%s): limiters and caches bypassed", error)
 
     async def hit(self, key: str, max_attempts: int, decay_seconds: int) -> WindowHit:
-        if self._available():
+        return (await self.hit_all((WindowCheck(key, max_attempts, decay_seconds),)))[0]
+
+    async def hit_all(self, checks: Sequence[WindowCheck]) -> list[WindowHit]:
+        hits: list[WindowHit] = []
+        if not checks:
+            return hits
+        for run in self._runs(checks):
+            if not self._available():
+                break
+            keys = [self._prefix + check.key for check in run]
+            args: list[int] = []
+            for check in run:
+                args += (check.max_attempts, check.decay_seconds * 1000)
             try:
-                allowed, count, left_ms = await self._hit_script(
-                    keys=[self._prefix + key], args=[max_attempts, decay_seconds * 1000]
-                )
-                return WindowHit(
-                    allowed=bool(allowed),
-                    count=int(count),
-                    retry_after=max(0, math.ceil(int(left_ms) / 1000)),
-                )
-            except (RedisError, OSError) as error:
+                outcomes = await self._stacks.call(keys, args)
+            except _FAULTS as error:
                 self._failed(error)
-        return WindowHit(allowed=True, count=0, retry_after=decay_seconds)
+                break
+            for index in range(0, len(outcomes), 3):
+                allowed, count, left_ms = outcomes[index : index + 3]
+                hits.append(WindowHit(bool(allowed), count, max(0, math.ceil(left_ms / 1000))))
+            if not hits[-1].allowed:
+                return hits
+        # Failing open: the checks Redis could not make admit the request, counting nothing.
+        hits += (WindowHit(True, 0, check.decay_seconds) for check in checks[len(hits) :])
+        return hits
+
+    def _runs(self, checks: Sequence[WindowCheck]) -> list[Sequence[WindowCheck]]:
+        """The stack split into script calls: all of it on one Redis, runs of one slot on a cluster."""
+        if not self.cluster or len(checks) < 2:
+            return [checks]
+        runs: list[Sequence[WindowCheck]] = []
+        start = 0
+        slot = key_slot((self._prefix + checks[0].key).encode("utf-8"))
+        for index in range(1, len(checks)):
+            next_slot = key_slot((self._prefix + checks[index].key).encode("utf-8"))
+            if next_slot != slot:
+                runs.append(checks[start:index])
+                start, slot = index, next_slot
+        runs.append(checks[start:])
+        return runs
 
     async def get(self, key: str) -> bytes | None:
         if not self._available():
             return None
         try:
             value = await self._redis.get(self._prefix + key)
-        except (RedisError, OSError) as error:
+        except _FAULTS as error:
             self._failed(error)
             return None
         if value is None:
@@ -295,7 +512,7 @@ class RedisStore:
             return
         try:
             await self._redis.set(self._prefix + key, value, ex=ttl_seconds)
-        except (RedisError, OSError) as error:
+        except _FAULTS as error:
             self._failed(error)
 
     async def claim(self, key: str, ttl_seconds: float) -> str | None:
@@ -306,7 +523,7 @@ class RedisStore:
             won = await self._redis.set(
                 self._prefix + key, token, nx=True, px=max(1, int(ttl_seconds * 1000))
             )
-        except (RedisError, OSError) as error:
+        except _FAULTS as error:
             self._failed(error)
             return token
         return token if won else None
@@ -316,11 +533,12 @@ class RedisStore:
             return
         try:
             await self._release_script(keys=[self._prefix + key], args=[token])
-        except (RedisError, OSError) as error:
+        except _FAULTS as error:
             self._failed(error)
 
     async def ping(self) -> None:
         await self._redis.ping()
 
     async def close(self) -> None:
+        await self._stacks.close()
         await self._redis.aclose()

@@ -4,6 +4,9 @@ Only successes are cached, as final bytes, so that a hit costs one store read an
 Concurrent misses of one key share a single call: within a process they await the same task;
 across processes a short claim in the store lets one process call while the others poll the
 store for its answer, for at most the upstream timeout (then they answer as for a failure).
+
+Every store operation here is on one key, valid anywhere on a Redis Cluster; an answer and its
+claim still share a hash tag (the answer's digest), so they live on the same node.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ Produce = Callable[[], Awaitable[bytes | None]]
 
 def cache_key(namespace: str, *parts: str) -> str:
     digest = hashlib.sha1("\x00".join(parts).encode("utf-8")).hexdigest()
-    return f"cache:{namespace}:{digest}"
+    return f"cache:{namespace}:{{{digest}}}"
 
 
 class AnswerCache:

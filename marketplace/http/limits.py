@@ -5,6 +5,9 @@ refused with 429 when that limiter's window is full, otherwise counted. A refuse
 counted by the limiter that refused it. Answers carry the `X-RateLimit-*` headers of the limiter
 with the smallest remaining count (the first one on a tie); a 429 carries those of the limiter
 that refused, with `Retry-After` and `X-RateLimit-Reset`.
+
+A request's limiters are checked as one stack by the store (`Store.hit_all`), which on Redis is
+one script call, sent with those of concurrent requests (see `marketplace.stores`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from marketplace.stores import Store, WindowHit
+from marketplace.stores import Store, WindowCheck, WindowHit
 from marketplace.telemetry.metrics import LIMITER_REFUSALS
 
 logger = logging.getLogger("marketplace.limits")
@@ -42,8 +45,15 @@ LimitRule = Callable[[str, Mapping[str, str]], Sequence[Limit]]
 
 
 def limit_key(*parts: str) -> str:
-    # Path keys are caller-chosen text of any length: store a fixed-size digest of them.
-    return "limit:" + hashlib.sha1("|".join(parts).encode("utf-8")).hexdigest()
+    """The store key of a limiter's window; the last part is what it counts per (an address, a
+    path parameter).
+
+    Path keys are caller-chosen text of any length: the key holds fixed-size digests of them. The
+    digest of the last part is also the key's Redis Cluster hash tag, so that the limiters of one
+    client address share a slot and a request's stack of them is one script call on a cluster.
+    """
+    subject = hashlib.sha1(parts[-1].encode("utf-8")).hexdigest()[:16] if parts else ""
+    return f"limit:{{{subject}}}:" + hashlib.sha1("|".join(parts).encode("utf-8")).hexdigest()
 
 
 class TooManyRequests(Exception):
@@ -59,9 +69,11 @@ class TooManyRequests(Exception):
 
 async def enforce(store: Store, limits: Sequence[Limit]) -> list[CountedLimit]:
     """Check and count each limit in order; raise `TooManyRequests` at the first full window."""
+    hits = await store.hit_all(
+        [WindowCheck(limit.key, limit.max_attempts, WINDOW_SECONDS) for limit in limits]
+    )
     counted: list[CountedLimit] = []
-    for limit in limits:
-        hit = await store.hit(limit.key, limit.max_attempts, WINDOW_SECONDS)
+    for limit, hit in zip(limits, hits, strict=False):  # the hits end at a refusal
         if not hit.allowed:
             LIMITER_REFUSALS.labels(limit.name).inc()
             logger.warning(

@@ -394,7 +394,7 @@ def crashing_store(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
     async def explode(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("store exploded: SECRET-DETAIL")
 
-    monkeypatch.setattr(services.store, "hit", explode)
+    monkeypatch.setattr(services.store, "hit_all", explode)
 
 
 @pytest.mark.usefixtures("crashing_store")
