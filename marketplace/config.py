@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from marketplace.http.client_ip import TrustedProxies
@@ -17,6 +17,9 @@ class Settings(BaseSettings):
     )
 
     database_url: str = "sqlite:///./marketplace.db"
+    # PostgreSQL read replicas of `database_url`, comma-separated: the public reads go to them in
+    # turn once they have replayed the changes a worker has seen (replicas.py).
+    database_read_urls: str = ""
     redis_url: str | None = None
     # Prefix of every Redis key, so that several services (or test runs) can share one Redis.
     redis_prefix: str = "marketplace:"
@@ -60,6 +63,17 @@ class Settings(BaseSettings):
         TrustedProxies.parse(value)
         return value
 
+    @field_validator("database_read_urls")
+    @classmethod
+    def _postgresql_replicas(cls, value: str, info: ValidationInfo) -> str:
+        urls = split_urls(value)
+        postgresql = ("postgresql://", "postgres://", "postgresql+asyncpg://")
+        if urls and not str(info.data.get("database_url", "")).startswith(postgresql):
+            raise ValueError("read replicas need a PostgreSQL MARKETPLACE_DATABASE_URL")
+        if any(not url.startswith(postgresql) for url in urls):
+            raise ValueError("read replicas are PostgreSQL URLs (postgresql://...)")
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower_case_level(cls, value: object) -> object:
@@ -71,5 +85,13 @@ class Settings(BaseSettings):
         return self.base_url.rstrip("/")
 
     @cached_property
+    def read_urls(self) -> tuple[str, ...]:
+        return split_urls(self.database_read_urls)
+
+    @cached_property
     def proxies(self) -> TrustedProxies:
         return TrustedProxies.parse(self.trusted_proxies)
+
+
+def split_urls(setting: str) -> tuple[str, ...]:
+    return tuple(url.strip() for url in setting.split(",") if url.strip())

@@ -127,12 +127,13 @@ async def engine_for(settings: Settings) -> AsyncIterator[AsyncEngine]:
         await engine.dispose()
 
 
-def _unicode_lower(value: Any) -> Any:
+def unicode_lower(value: Any) -> Any:
+    """`lower()` of every SQLite connection of the service: folds every letter, not ASCII only."""
     return value.lower() if isinstance(value, str) else value
 
 
 # SQLite calls the statement deadline check every this many virtual-machine steps.
-_DEADLINE_CHECK_STEPS = 1000
+DEADLINE_CHECK_STEPS = 1000
 
 
 def _prepare_sqlite(engine: AsyncEngine, statement_timeout: float | None) -> None:
@@ -142,7 +143,7 @@ def _prepare_sqlite(engine: AsyncEngine, statement_timeout: float | None) -> Non
         # SQLite's own lower() folds ASCII only; lookups that ignore case (search, user names, gift
         # codes) must fold every letter, as on PostgreSQL. Deterministic, so expression indexes on
         # lower() stay valid: every connection of the service, migrations included, uses this one.
-        dbapi_connection.create_function("lower", 1, _unicode_lower, deterministic=True)
+        dbapi_connection.create_function("lower", 1, unicode_lower, deterministic=True)
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
@@ -157,7 +158,7 @@ def _prepare_sqlite(engine: AsyncEngine, statement_timeout: float | None) -> Non
                 return 1 if time.monotonic() > deadline[0] else 0
 
             await_only(
-                dbapi_connection.driver_connection.set_progress_handler(past_deadline, _DEADLINE_CHECK_STEPS)
+                dbapi_connection.driver_connection.set_progress_handler(past_deadline, DEADLINE_CHECK_STEPS)
             )
 
     event.listen(engine.sync_engine, "connect", on_connect)

@@ -15,9 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from marketplace.changes import change_feed_for, follow_own_commits
 from marketplace.config import Settings
-from marketplace.db import async_url, create_engine, session_factory
+from marketplace.db import async_url, create_engine, masked_url, session_factory
 from marketplace.http.cache import AnswerCache
 from marketplace.http.worker_cache import WorkerCache
+from marketplace.readers import GenerationCounts, PostgresReader, Reads, build_reader
+from marketplace.replicas import Replica, ReplicaReader
 from marketplace.stores import MemoryStore, RedisStore, Store
 from marketplace.telemetry.metrics import DB_POOL_CAPACITY, DB_POOL_IN_USE
 
@@ -39,8 +41,12 @@ class Services:
     answers: AnswerCache
     # Encoded catalogue answers of this worker, valid until the next committed change.
     worker_cache: WorkerCache
+    # The public reads' statements and the counts kept per generation (readers.py).
+    reads: Reads
     http: httpx.AsyncClient
     app_key: bytes
+    # Engines of the read replicas the public reads may use (replicas.py); none by default.
+    replica_engines: tuple[AsyncEngine, ...] = ()
 
     def hash_ip(self, ip: str) -> str:
         """Keyed hash of a client address, as the activity log stores it."""
@@ -55,7 +61,10 @@ class Services:
         await self.http.aclose()
         await self.worker_cache.close()
         await self.store.close()
+        self.reads.reader.close()
         await self.engine.dispose()
+        for replica in self.replica_engines:
+            await replica.dispose()
         DB_POOL_CAPACITY.set(0)
 
 
@@ -90,6 +99,20 @@ def build_services(settings: Settings) -> Services:
     store = build_store(settings)
     changes = change_feed_for(async_url(settings.database_url), settings.db_connect_timeout_seconds)
     follow_own_commits(engine, changes)
+    replica_engines = tuple(
+        create_engine(
+            settings.model_copy(update={"database_url": url}),
+            statement_timeout=settings.db_statement_timeout_seconds,
+        )
+        for url in settings.read_urls
+    )
+    reader = build_reader(engine, settings.db_statement_timeout_seconds)
+    if replica_engines:
+        replicas = [
+            Replica(masked_url(url), replica, PostgresReader(replica))
+            for url, replica in zip(settings.read_urls, replica_engines, strict=True)
+        ]
+        reader = ReplicaReader(reader, engine, replicas, changes)
     return Services(
         settings=settings,
         engine=engine,
@@ -110,4 +133,6 @@ def build_services(settings: Settings) -> Services:
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         ),
         app_key=app_key,
+        reads=Reads(reader=reader, counts=GenerationCounts(changes)),
+        replica_engines=replica_engines,
     )

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sqlite3
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import literal_column, select, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from marketplace.config import Settings
 from marketplace.db import create_engine
 from marketplace.fixtures.loader import load_document
+from marketplace.readers import Read
 from marketplace.services import build_services
 from marketplace.telemetry.metrics import DB_POOL_TIMEOUTS
 from tests.catalogue import MEMBER_CHAT_ID, catalogue
@@ -85,7 +87,9 @@ async def test_the_commands_engine_runs_statements_without_the_bound(bounded: Se
         await engine.dispose()
 
 
-async def test_no_free_connection_gives_the_contracts_500_within_the_pool_timeout(bounded: Settings) -> None:
+async def test_no_free_connection_gives_the_contracts_500_within_the_pool_timeout(
+    bounded: Settings, profile: str
+) -> None:
     single = bounded.model_copy(update={"db_pool_size": 1, "db_max_overflow": 0})
     services = build_services(single)
     timeouts_before = DB_POOL_TIMEOUTS._value.get()
@@ -93,10 +97,47 @@ async def test_no_free_connection_gives_the_contracts_500_within_the_pool_timeou
         await load_document(services.engine, catalogue())
         async with services.engine.connect():  # the pool's only connection, held
             async with make_client(services) as client:
-                response = await asyncio.wait_for(client.get("/api/v1/resource/1"), PATIENCE)
+                if profile == "postgresql":
+                    request = client.get("/api/v1/resource/1")
+                else:  # SQLite reads need no pooled connection; the grant writes through one
+                    request = client.post(
+                        f"/api/v1/chat/{MEMBER_CHAT_ID}/apply/8", data={"custom_password": GRANT_SECRET}
+                    )
+                response = await asyncio.wait_for(request, PATIENCE)
         assert (response.status_code, response.content) == (500, SERVER_ERROR)
         assert response.headers["x-ratelimit-limit"] == "120"
         assert DB_POOL_TIMEOUTS._value.get() == timeouts_before + 1
+    finally:
+        await services.close()
+
+
+@sqlite_only
+async def test_sqlite_reads_are_answered_while_every_pooled_connection_is_held(bounded: Settings) -> None:
+    single = bounded.model_copy(update={"db_pool_size": 1, "db_max_overflow": 0})
+    services = build_services(single)
+    try:
+        await load_document(services.engine, catalogue())
+        async with services.engine.connect(), make_client(services) as client:
+            for path in ("/api/v1/resource/1", "/api/v1/resource/search?q=a", "/api/v1/resource/user?name=a"):
+                response = await asyncio.wait_for(client.get(path), PATIENCE)
+                assert response.status_code == 200, path
+    finally:
+        await services.close()
+
+
+@sqlite_only
+async def test_a_long_read_on_the_sqlite_read_connection_is_interrupted(bounded: Settings) -> None:
+    services = build_services(bounded)
+    endless = select(literal_column("count(*)")).select_from(
+        text("(WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT x FROM n)")
+    )
+    try:
+        reader = services.reads.reader
+        for run in (reader.point, reader.scan):
+            with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+                await asyncio.wait_for(run(Read(endless)), PATIENCE)
+            # The deadline is per statement: the next one runs in full.
+            assert await run(Read(select(literal_column("1")))) == [(1,)]
     finally:
         await services.close()
 

@@ -48,8 +48,8 @@ async def test_search_filter_uses_the_trigram_indexes(services: Services) -> Non
         "AND (name ILIKE '%economy%' OR tag ILIKE '%economy%')",
     )
     assert "ix_resources_name_trgm" in plan and "ix_resources_tag_trgm" in plan
-    async with services.sessions() as session:  # the query the service runs works on the same schema
-        assert (await search_published(session, q="economy", page=1, per_page=15)).total == 0
+    # The statement the service runs works on the same schema.
+    assert (await search_published(services.reads, q="economy", page=1, per_page=15)).total == 0
 
 
 @postgresql_only
@@ -59,5 +59,4 @@ async def test_user_name_prefix_lookup_uses_an_index(services: Services) -> None
         "SELECT name FROM users WHERE deleted_at IS NULL AND lower(name) LIKE lower('ali' || '%')",
     )
     assert "ix_users_lower_name_pattern" in plan
-    async with services.sessions() as session:
-        assert await names_starting_with(session, "ali") == []
+    assert await names_starting_with(services.reads.reader, "ali") == []

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from typing import NamedTuple
+
+from sqlalchemy import Integer, String, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace.models import Access, ChatAccount, User
+from marketplace.readers import Read, Reader
 
 NAME_LOOKUP_LIMIT = 10
 
@@ -21,36 +24,56 @@ def storable(text: str, max_length: int | None = None) -> bool:
     return "\x00" not in text and (max_length is None or len(text) <= max_length)
 
 
-async def names_starting_with(session: AsyncSession, prefix: str) -> list[str]:
-    """At most ten names of not-deleted users starting with `prefix`, sorted by name.
+_NAME_PATTERN = bindparam("pattern", None, type_=String)
 
-    The prefix keeps `%` and `_` as patterns; case is ignored.
-    """
+# The prefix keeps `%` and `_` as patterns; case is ignored.
+NAMES_STARTING_WITH = Read(
+    select(User.name)
+    .where(User.deleted_at.is_(None), func.lower(User.name).like(func.lower(_NAME_PATTERN)))
+    .order_by(func.lower(User.name), User.name, User.id)
+    .limit(NAME_LOOKUP_LIMIT),
+    "pattern",
+)
+
+_linked_chat_id = (
+    select(ChatAccount.chat_id)
+    .where(ChatAccount.user_id == User.id)
+    .order_by(ChatAccount.id)
+    .limit(1)
+    .correlate(User)
+    .scalar_subquery()
+)
+ACTIVE_AUTHOR = Read(
+    select(User.id, User.name, _linked_chat_id).where(
+        User.id == bindparam("user_id", None, type_=Integer),
+        User.deleted_at.is_(None),
+        User.closed.is_(False),
+    ),
+    "user_id",
+)
+
+
+class Author(NamedTuple):
+    """An active user's public identity, with the chat account linked first, if any."""
+
+    id: int
+    name: str
+    chat: str | None
+
+
+async def names_starting_with(reader: Reader, prefix: str) -> list[str]:
+    """At most ten names of not-deleted users starting with `prefix`, sorted by name."""
     if not storable(prefix):
         return []
-    result = await session.execute(
-        select(User.name)
-        .where(User.deleted_at.is_(None), func.lower(User.name).like(func.lower(prefix + "%")))
-        .order_by(func.lower(User.name), User.name, User.id)
-        .limit(NAME_LOOKUP_LIMIT)
-    )
-    return list(result.scalars())
+    # Without an expression index SQLite walks the users: not on the event loop's thread.
+    rows = await reader.scan(NAMES_STARTING_WITH, prefix + "%")
+    return [row[0] for row in rows]
 
 
-async def active_user(session: AsyncSession, user_id: int) -> User | None:
+async def active_author(reader: Reader, user_id: int) -> Author | None:
     """The user unless the account is closed or soft-deleted."""
-    result = await session.execute(
-        select(User).where(User.id == user_id, User.deleted_at.is_(None), User.closed.is_(False))
-    )
-    return result.scalar_one_or_none()
-
-
-async def linked_chat_id(session: AsyncSession, user_id: int) -> str | None:
-    """The snowflake of the chat account the user linked (the earliest, if several)."""
-    result = await session.execute(
-        select(ChatAccount.chat_id).where(ChatAccount.user_id == user_id).order_by(ChatAccount.id).limit(1)
-    )
-    return result.scalar_one_or_none()
+    rows = await reader.point(ACTIVE_AUTHOR, user_id)
+    return Author(*rows[0]) if rows else None
 
 
 async def member_by_chat_id(session: AsyncSession, chat_id: str) -> User | None:

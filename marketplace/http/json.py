@@ -59,7 +59,11 @@ def timestamp(value: datetime | None) -> str | None:
         return None
     if value.tzinfo is not None:
         value = value.astimezone(UTC).replace(tzinfo=None)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if value.year < 1000:
+        # strftime does not pad such a year to four digits, isoformat does: the earlier bytes win.
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # The same text as the strftime above, at a tenth of its cost (a page holds dozens).
+    return value.isoformat(timespec="microseconds") + "Z"
 
 
 class JsonAnswer(Response):

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.config import Settings
 from marketplace.fixtures.loader import load_document
+from marketplace.readers import observed_reads
 from marketplace.services import build_services
 from tests.catalogue import catalogue
 from tests.conftest import make_client
@@ -42,7 +43,7 @@ class Clock:
 
 @contextmanager
 def recorded_statements(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The SQL statements the engine runs inside the block."""
+    """The SQL statements the engine and its worker's reader run inside the block."""
     statements: list[str] = []
 
     def record(_connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
@@ -50,7 +51,8 @@ def recorded_statements(engine: AsyncEngine) -> Iterator[list[str]]:
 
     event.listen(engine.sync_engine, "before_cursor_execute", record)
     try:
-        yield statements
+        with observed_reads(engine, statements.append):
+            yield statements
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
 

@@ -357,7 +357,7 @@ def crashing_show(monkeypatch: pytest.MonkeyPatch) -> None:
     async def explode(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("database exploded: SECRET-DETAIL")
 
-    monkeypatch.setattr(resources, "visible_resource_view", explode)
+    monkeypatch.setattr(resources, "visible_card", explode)
 
 
 @pytest.mark.usefixtures("crashing_show")

@@ -58,7 +58,7 @@ ROUTES = (
         "GET",
         "/resource/version/{resource}",
         "api.v1.resources.version.current",
-        resources.current_version,
+        resources.current_version_number,
         cached=True,
     ),
     ApiRoute("GET", "/resource/{resource}", "api.v1.resources.show", resources.show, cached=True),

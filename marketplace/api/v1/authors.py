@@ -15,9 +15,7 @@ async def show(call: ApiCall) -> Response:
     user_id = parse_id(call.params["user"])
     if user_id is None:
         raise NotFound()
-    async with call.services.sessions() as session:
-        user = await members.active_user(session, user_id)
-        if user is None:
-            raise NotFound()
-        chat = await members.linked_chat_id(session, user.id)
-    return JsonAnswer({"id": user.id, "chat": chat, "name": user.name})
+    author = await members.active_author(call.services.reads.reader, user_id)
+    if author is None:
+        raise NotFound()
+    return JsonAnswer({"id": author.id, "chat": author.chat, "name": author.name})

@@ -26,6 +26,14 @@ def parse_id(segment: str) -> int | None:
     return value if value <= MAX_ID else None
 
 
+def bound_resource_id(segment: str) -> int:
+    """`{resource}` as an id, else 404 (whether a visible resource has it is the read's to say)."""
+    resource_id = parse_id(segment)
+    if resource_id is None:
+        raise NotFound()
+    return resource_id
+
+
 async def bound_resource(session: AsyncSession, segment: str) -> Resource:
     """`{resource}`: a Published or Unlisted resource by numeric id, else 404."""
     resource_id = parse_id(segment)

@@ -12,8 +12,7 @@ from marketplace.models import utcnow
 
 
 async def check(call: ApiCall) -> Response:
-    async with call.services.sessions() as session:
-        gift = await gift_by_code(session, call.params["gift"])
+    gift = await gift_by_code(call.services.reads.reader, call.params["gift"])
     if gift is None:
         raise NotFound()
     return JsonAnswer(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from marketplace.catalogue.resources import ResourceView
+from marketplace.catalogue.resources import ResourceCard, VersionRow
 from marketplace.config import Settings
 from marketplace.http.json import json_number, timestamp
-from marketplace.models import Access, Version
+from marketplace.models import Access
 
 
 def storage_url(settings: Settings, path: str | None) -> str | None:
@@ -17,7 +17,7 @@ def storage_url(settings: Settings, path: str | None) -> str | None:
     return f"{settings.public_base_url}/storage/{path.lstrip('/')}"
 
 
-def version_object(version: Version) -> dict[str, Any]:
+def version_object(version: VersionRow) -> dict[str, Any]:
     return {
         "id": version.id,
         "plugin_id": version.resource_id,
@@ -28,27 +28,27 @@ def version_object(version: Version) -> dict[str, Any]:
     }
 
 
-def resource_object(view: ResourceView, settings: Settings) -> dict[str, Any]:
-    resource = view.resource
-    rating = view.rating_avg
+def resource_object(card: ResourceCard, settings: Settings) -> dict[str, Any]:
+    rating = card.rating_avg
+    current = card.current_version
     return {
-        "id": resource.id,
-        "user_id": resource.user_id,
-        "name": resource.name,
-        "tag": resource.tag,
-        "price": json_number(resource.price),
-        "category_id": resource.category_id,
-        "unique_id": resource.unique_id,
-        "version_id": view.current_version.id if view.current_version is not None else None,
-        "download": resource.download,
-        "purchases": view.purchases,
-        "logo": storage_url(settings, resource.icon),
-        "version": version_object(view.current_version) if view.current_version is not None else None,
-        "created_at": timestamp(resource.created_at),
-        "updated_at": timestamp(resource.updated_at),
-        "slug": resource.slug,
+        "id": card.id,
+        "user_id": card.user_id,
+        "name": card.name,
+        "tag": card.tag,
+        "price": json_number(card.price),
+        "category_id": card.category_id,
+        "unique_id": card.unique_id,
+        "version_id": current.id if current is not None else None,
+        "download": card.download,
+        "purchases": card.purchases,
+        "logo": storage_url(settings, card.icon),
+        "version": version_object(current) if current is not None else None,
+        "created_at": timestamp(card.created_at),
+        "updated_at": timestamp(card.updated_at),
+        "slug": card.slug,
         "rating_avg": json_number(round(float(rating), 2)) if rating is not None else 0,
-        "reviews_count": view.reviews_count,
+        "reviews_count": card.reviews_count,
     }
 
 

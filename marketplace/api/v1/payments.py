@@ -14,8 +14,7 @@ async def show(call: ApiCall) -> Response:
     uid = call.params["payment"]
     if not is_ulid(uid):
         raise NotFound()  # without a query
-    async with call.services.sessions() as session:
-        payment = await payment_by_uid(session, uid)
+    payment = await payment_by_uid(call.services.reads.reader, uid)
     if payment is None:
         raise NotFound()
     return JsonAnswer(

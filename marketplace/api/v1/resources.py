@@ -7,15 +7,10 @@ from dataclasses import dataclass
 
 from starlette.responses import Response
 
-from marketplace.api.v1.bindings import bound_resource, parse_id
+from marketplace.api.v1.bindings import bound_resource_id, parse_id
 from marketplace.api.v1.objects import resource_object, version_object
 from marketplace.catalogue import members
-from marketplace.catalogue.resources import (
-    current_version_number,
-    released_versions,
-    search_published,
-    visible_resource_view,
-)
+from marketplace.catalogue.resources import current_version, released_versions, search_published, visible_card
 from marketplace.http.errors import NotFound, ServerError, ValidationFailed
 from marketplace.http.input import RequestInput
 from marketplace.http.json import JsonAnswer, TextAnswer
@@ -84,9 +79,10 @@ def _search_filter(query: RequestInput) -> str | None:
 async def search(call: ApiCall) -> Response:
     settings = call.services.settings
     wanted = SearchQuery.from_input(call.query())
-    async with call.services.sessions() as session:
-        found = await search_published(session, q=wanted.q, page=wanted.page, per_page=wanted.per_page)
-    data = [resource_object(view, settings) for view in found.rows]
+    found = await search_published(
+        call.services.reads, q=wanted.q, page=wanted.page, per_page=wanted.per_page
+    )
+    data = [resource_object(card, settings) for card in found.rows]
     path = f"{settings.public_base_url}/api/v1/resource/search"
     return JsonAnswer(
         paginator_envelope(path, data, total=found.total, page=wanted.page, per_page=wanted.per_page)
@@ -101,31 +97,31 @@ async def user_names(call: ApiCall) -> Response:
         raise ValidationFailed({"name": ["The name field must be a string."]})
     if len(name) > MAX_NAME_LENGTH:
         raise ValidationFailed({"name": ["The name field must not be greater than 255 characters."]})
-    async with call.services.sessions() as session:
-        names = await members.names_starting_with(session, name)
+    names = await members.names_starting_with(call.services.reads.reader, name)
     return JsonAnswer([{"name": found} for found in names])
 
 
 async def versions(call: ApiCall) -> Response:
-    async with call.services.sessions() as session:
-        resource = await bound_resource(session, call.params["resource"])
-        released = await released_versions(session, resource.id)
+    resource_id = bound_resource_id(call.params["resource"])
+    released = await released_versions(call.services.reads.reader, resource_id)
+    if released is None:
+        raise NotFound()
     return JsonAnswer([version_object(version) for version in released])
 
 
-async def current_version(call: ApiCall) -> Response:
-    async with call.services.sessions() as session:
-        resource = await bound_resource(session, call.params["resource"])
-        number = await current_version_number(session, resource)
-    return TextAnswer(number if number is not None else NO_RELEASE_TEXT)
+async def current_version_number(call: ApiCall) -> Response:
+    resource_id = bound_resource_id(call.params["resource"])
+    current = await current_version(call.services.reads.reader, resource_id)
+    if current is None:
+        raise NotFound()
+    return TextAnswer(current.number if current.number is not None else NO_RELEASE_TEXT)
 
 
 async def show(call: ApiCall) -> Response:
     resource_id = parse_id(call.params["resource"])
     if resource_id is None:
         raise NotFound()
-    async with call.services.sessions() as session:
-        view = await visible_resource_view(session, resource_id)
-    if view is None:
+    card = await visible_card(call.services.reads.reader, resource_id)
+    if card is None:
         raise NotFound()
-    return JsonAnswer(resource_object(view, call.services.settings))
+    return JsonAnswer(resource_object(card, call.services.settings))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from marketplace.api.v1.bindings import bound_resource
+from marketplace.api.v1.bindings import bound_resource_id
+from marketplace.catalogue.resources import resource_stats
 from marketplace.http.errors import NotFound
 from marketplace.http.json import TextAnswer
 from marketplace.http.routing import ApiCall
@@ -17,9 +18,10 @@ UNREADABLE_CHART = "0"
 
 async def _stats_id(call: ApiCall) -> str | None:
     """The statistics id of the bound resource (404 when the resource is not visible)."""
-    async with call.services.sessions() as session:
-        resource = await bound_resource(session, call.params["resource"])
-    return resource.stats_id or None
+    found = await resource_stats(call.services.reads.reader, bound_resource_id(call.params["resource"]))
+    if found is None:
+        raise NotFound()
+    return found.stats_id or None
 
 
 async def page_url(call: ApiCall) -> Response:

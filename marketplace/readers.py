@@ -1,0 +1,382 @@
+"""The public reads' statements, run without the ORM on the cheapest connection of each database.
+
+A `Read` is a Core select built once from the models. Each worker's `Reader` compiles it once for
+its database (SQL text, the order of its parameters, the conversions of its columns) and runs it
+with plain values, giving plain rows: no session, no entity, no per-statement compilation.
+
+- PostgreSQL: a connection of the engine's pool (so its bounds and metrics hold), the statement
+  sent through the driver itself, which prepares it once per connection. Reads run in autocommit:
+  no BEGIN/ROLLBACK, and nothing to reset when the connection goes back.
+- SQLite (a file): point reads run on a read-only connection of the worker's own, in the event
+  loop's thread: sub-millisecond lookups cost less than handing them to a thread. Scans (`LIKE`
+  filters, counts, deep pages) run in a thread, on a connection of that thread. WAL mode, so a
+  read never waits for a writer.
+- SQLite in memory: no second connection can see the data, so reads go through the engine.
+
+Every connection bounds each statement by the configured statement timeout, as the engine does.
+
+`Reads` bundles a worker's reader with its `GenerationCounts`: exact counts kept until the data
+changes (`changes.py`), so that listing pages costs no count per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import sqlite3
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from sqlalchemy import QueuePool, Select, event
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.util import greenlet_spawn
+
+from marketplace.changes import ChangeFeed
+from marketplace.db import DEADLINE_CHECK_STEPS, unicode_lower
+
+Row = Sequence[Any]
+AnySelect = Select[*tuple[Any, ...]]
+ColumnProcessor = Callable[[Any], Any]
+
+# A point read on the event loop's thread waits at most this long for a lock (in WAL mode only a
+# recovery or a truncating checkpoint takes one): a longer wait would stall every request.
+LOOP_LOCK_WAIT_MS = 100
+# Counts of `q` searches kept per generation (the listing's count is one more).
+MAX_KEPT_COUNTS = 512
+
+
+# Per engine, who is told of each statement its reader runs (the SQL, before it runs): tests and
+# diagnostics. Empty in service, where checking it costs one truth test per read.
+_OBSERVERS: weakref.WeakKeyDictionary[Any, list[Callable[[str], None]]] = weakref.WeakKeyDictionary()
+
+
+def _observers_of(engine: AsyncEngine) -> list[Callable[[str], None]]:
+    return _OBSERVERS.setdefault(engine.sync_engine, [])
+
+
+@contextlib.contextmanager
+def observed_reads(engine: AsyncEngine, observer: Callable[[str], None]) -> Iterator[None]:
+    """Tell `observer` the SQL of each read run on `engine`'s reader inside the block."""
+    observers = _observers_of(engine)
+    observers.append(observer)
+    try:
+        yield
+    finally:
+        observers.remove(observer)
+
+
+class Read:
+    """A select built once; `parameters` names its bind parameters in the order callers pass them."""
+
+    __slots__ = ("parameters", "statement")
+
+    def __init__(self, statement: AnySelect, *parameters: str) -> None:
+        self.statement = statement
+        self.parameters = parameters
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRead:
+    """A `Read` compiled for one database: its SQL and how to bind values and convert columns."""
+
+    sql: str
+    # Per placeholder, an index into the caller's values followed by the statement's constants.
+    order: tuple[int, ...]
+    constants: tuple[Any, ...]
+    # Columns the driver does not return as the models' Python types (SQLite's dates and decimals).
+    processors: tuple[tuple[int, ColumnProcessor], ...]
+
+    @classmethod
+    def compile(cls, read: Read, dialect: Dialect, *, convert_columns: bool) -> PreparedRead:
+        # Every parameter has a placeholder value, so that `IN` lists can be rendered once here.
+        compiled = read.statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
+        names = list(compiled.positiontup or ())
+        constant_names = [name for name in dict.fromkeys(names) if name not in read.parameters]
+        unknown = set(read.parameters) - set(names)
+        if unknown:
+            raise ValueError(f"parameters {sorted(unknown)} are not in the statement")
+        index = {name: i for i, name in enumerate((*read.parameters, *constant_names))}
+        constants = tuple(compiled.params[name] for name in constant_names)
+        processors: list[tuple[int, ColumnProcessor]] = []
+        if convert_columns:
+            for position, column in enumerate(read.statement.selected_columns):
+                processor = column.type.dialect_impl(dialect).result_processor(dialect, None)
+                if processor is not None:
+                    processors.append((position, processor))
+        return cls(str(compiled), tuple(index[name] for name in names), constants, tuple(processors))
+
+    def arguments(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        every = values + self.constants
+        return tuple([every[i] for i in self.order])
+
+    def rows(self, fetched: Sequence[Row]) -> Sequence[Row]:
+        if not self.processors:
+            return fetched
+        converted: list[Row] = []
+        for row in fetched:
+            values = list(row)
+            for position, processor in self.processors:
+                values[position] = processor(values[position])
+            converted.append(values)
+        return converted
+
+
+class Reader(Protocol):
+    async def point(self, read: Read, *values: Any) -> Sequence[Row]:
+        """Rows of a read that looks up a few rows by an index."""
+
+    async def scan(self, read: Read, *values: Any) -> Sequence[Row]:
+        """Rows of a read that may walk many rows (pattern filters, counts, deep pages)."""
+
+    def close(self) -> None: ...
+
+
+class _Prepared:
+    """Each read compiled once, on its first use, for the reader's database."""
+
+    def __init__(self, engine: AsyncEngine, *, convert_columns: bool) -> None:
+        self._dialect = engine.dialect
+        self._convert_columns = convert_columns
+        self._compiled: dict[Read, PreparedRead] = {}
+        self._observers = _observers_of(engine)
+
+    def __call__(self, read: Read) -> PreparedRead:
+        """The read compiled, when it is about to run."""
+        found = self._compiled.get(read)
+        if found is None:
+            found = PreparedRead.compile(read, self._dialect, convert_columns=self._convert_columns)
+            self._compiled[read] = found
+        if self._observers:
+            for observer in self._observers:
+                observer(found.sql)
+        return found
+
+
+class PostgresReader:
+    """Reads through the asyncpg connection of a pooled connection, which prepares each statement once."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        # asyncpg returns every column as the models' Python types already.
+        self._prepared = _Prepared(engine, convert_columns=False)
+
+    async def point(self, read: Read, *values: Any) -> Sequence[Row]:
+        prepared = self._prepared(read)
+        pooled = await self._checkout()
+        connection = pooled.driver_connection
+        assert connection is not None
+        try:
+            rows: Sequence[Row] = await connection.fetch(prepared.sql, *prepared.arguments(values))
+        except BaseException as error:
+            if isinstance(error, asyncio.CancelledError):
+                # A statement abandoned mid-way leaves the connection in an unknown state.
+                connection.terminate()
+            if connection.is_closed():
+                await greenlet_spawn(pooled.invalidate, error)
+            else:
+                pooled.close()
+            raise
+        pooled.close()
+        return rows
+
+    scan = point
+
+    async def _checkout(self) -> PoolProxiedConnection:
+        # A connection the server closed (a restart) is known closed without a round trip: it is
+        # replaced here rather than failing a request.
+        pool = self._engine.sync_engine.pool
+        for _ in range(pool.size() + 1 if isinstance(pool, QueuePool) else 2):
+            pooled = await self._engine.raw_connection()
+            connection = pooled.driver_connection
+            if connection is not None and not connection.is_closed():
+                return pooled
+            await greenlet_spawn(pooled.invalidate)
+        return await self._engine.raw_connection()
+
+    def close(self) -> None:
+        return None
+
+
+class SqliteReadConnection:
+    """A read-only connection to a SQLite file with the engine's `lower()` and statement bound."""
+
+    def __init__(self, path: str, *, statement_timeout: float | None, lock_wait_ms: int) -> None:
+        # Read-write without creating, then read-only by pragma: `mode=ro` cannot open a WAL database
+        # whose shared-memory file another process has not created yet.
+        self._connection = sqlite3.connect(
+            f"file:{quote(path)}?mode=rw", uri=True, isolation_level=None, check_same_thread=False
+        )
+        self._connection.create_function("lower", 1, unicode_lower, deterministic=True)
+        self._connection.execute("PRAGMA query_only=ON")
+        self._connection.execute(f"PRAGMA busy_timeout={lock_wait_ms}")
+        self._timeout = statement_timeout
+        self._deadline = math.inf
+        if statement_timeout is not None:
+            self._connection.set_progress_handler(self._past_deadline, DEADLINE_CHECK_STEPS)
+
+    def _past_deadline(self) -> int:
+        # A non-zero answer makes SQLite abort the statement ("interrupted").
+        return 1 if time.monotonic() > self._deadline else 0
+
+    def fetch(self, prepared: PreparedRead, values: tuple[Any, ...]) -> Sequence[Row]:
+        if self._timeout is not None:
+            self._deadline = time.monotonic() + self._timeout
+        try:
+            # fetchall() steps the statement to its end, which ends its read transaction.
+            rows = self._connection.execute(prepared.sql, prepared.arguments(values)).fetchall()
+        finally:
+            self._deadline = math.inf
+        return prepared.rows(rows)
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        return self._connection
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._connection.close()
+
+
+class SqliteReader:
+    """Point reads in the event loop's thread, scans in a worker thread; connections opened lazily."""
+
+    def __init__(self, engine: AsyncEngine, path: str, statement_timeout: float | None) -> None:
+        self._path = path
+        self._timeout = statement_timeout
+        self._prepared = _Prepared(engine, convert_columns=True)
+        self._loop_connection: SqliteReadConnection | None = None
+        self._threads = threading.local()
+        self._thread_connections: list[SqliteReadConnection] = []
+        self._lock = threading.Lock()
+
+    def loop_connection(self) -> SqliteReadConnection:
+        if self._loop_connection is None:
+            self._loop_connection = SqliteReadConnection(
+                self._path, statement_timeout=self._timeout, lock_wait_ms=LOOP_LOCK_WAIT_MS
+            )
+        return self._loop_connection
+
+    async def point(self, read: Read, *values: Any) -> Sequence[Row]:
+        return self.loop_connection().fetch(self._prepared(read), values)
+
+    async def scan(self, read: Read, *values: Any) -> Sequence[Row]:
+        return await asyncio.to_thread(self._scan_in_thread, self._prepared(read), values)
+
+    def _scan_in_thread(self, prepared: PreparedRead, values: tuple[Any, ...]) -> Sequence[Row]:
+        connection: SqliteReadConnection | None = getattr(self._threads, "connection", None)
+        if connection is None:
+            lock_wait_ms = math.ceil((self._timeout or 0) * 1000)
+            connection = SqliteReadConnection(
+                self._path, statement_timeout=self._timeout, lock_wait_ms=lock_wait_ms
+            )
+            self._threads.connection = connection
+            with self._lock:
+                self._thread_connections.append(connection)
+        return connection.fetch(prepared, values)
+
+    def close(self) -> None:
+        if self._loop_connection is not None:
+            self._loop_connection.close()
+            self._loop_connection = None
+        with self._lock:
+            opened, self._thread_connections = self._thread_connections, []
+            self._threads = threading.local()
+        for connection in opened:
+            connection.close()
+
+
+class EngineReader:
+    """Reads through the engine's own connections (an in-memory SQLite database has no other)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._prepared = _Prepared(engine, convert_columns=True)
+
+    async def point(self, read: Read, *values: Any) -> Sequence[Row]:
+        prepared = self._prepared(read)
+        async with self._engine.connect() as connection:
+            result = await connection.exec_driver_sql(prepared.sql, prepared.arguments(values))
+            return prepared.rows([tuple(row) for row in result])
+
+    scan = point
+
+    def close(self) -> None:
+        return None
+
+
+def build_reader(engine: AsyncEngine, statement_timeout: float | None) -> Reader:
+    url = engine.url
+    reader: Reader
+    if url.get_backend_name() == "postgresql":
+        reader = PostgresReader(engine)
+    elif url.database in (None, "", ":memory:") or url.query.get("mode") == "memory":
+        reader = EngineReader(engine)
+    else:
+        reader = SqliteReader(engine, url.database, statement_timeout)
+
+    def disposed(*_args: Any) -> None:
+        reader.close()
+
+    # The worker's own connections close with the engine's pool (the reader reopens them if used again).
+    event.listen(engine.sync_engine, "engine_disposed", disposed)
+    return reader
+
+
+class GenerationCounts:
+    """Exact counts read under one generation of the data, kept until the generation moves.
+
+    A count is kept under the generation seen *before* it was read, and only if no change was
+    announced meanwhile, so a count never outlives a write it may have missed. No generation (the
+    changes cannot be followed): nothing is kept.
+    """
+
+    def __init__(self, changes: ChangeFeed, max_entries: int = MAX_KEPT_COUNTS) -> None:
+        self._changes = changes
+        self._max_entries = max_entries
+        self._generation: int | None = None
+        self._counts: OrderedDict[Hashable, int] = OrderedDict()
+
+    def generation(self) -> int | None:
+        current = self._changes.generation()
+        if current != self._generation:
+            self._counts.clear()
+            self._generation = current
+        return current
+
+    def get(self, key: Hashable) -> tuple[int | None, int | None]:
+        """The count kept for `key` (None when none is), and the generation to keep a fresh one under."""
+        generation = self.generation()
+        if generation is None:
+            return None, None
+        found = self._counts.get(key)
+        if found is not None:
+            self._counts.move_to_end(key)
+        return found, generation
+
+    def keep(self, key: Hashable, generation: int, count: int) -> None:
+        if self.generation() != generation:
+            return
+        self._counts[key] = count
+        self._counts.move_to_end(key)
+        while len(self._counts) > self._max_entries:
+            self._counts.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """A worker's reader and the counts it keeps."""
+
+    reader: Reader
+    counts: GenerationCounts
