@@ -36,6 +36,7 @@ from urllib.parse import quote
 
 from sqlalchemy import QueuePool, Select, event
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
@@ -168,8 +169,27 @@ class PostgresReader:
         self._engine = engine
         # asyncpg returns every column as the models' Python types already.
         self._prepared = _Prepared(engine, convert_columns=False)
+        # Reads hold at most the pool's steady connections at once: beyond them the pool opens
+        # overflow connections and closes each on its return, a new connection per read under
+        # load. Writes keep the overflow. Waiting for a slot is bounded like waiting for the pool.
+        pool = engine.sync_engine.pool
+        self._slots = asyncio.Semaphore(pool.size()) if isinstance(pool, QueuePool) else None
+        self._slot_wait = pool.timeout() if isinstance(pool, QueuePool) else None
 
     async def point(self, read: Read, *values: Any) -> Sequence[Row]:
+        if self._slots is None:
+            return await self._read(read, values)
+        try:
+            async with asyncio.timeout(self._slot_wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise PoolTimeout("no database connection for a read within the pool timeout") from None
+        try:
+            return await self._read(read, values)
+        finally:
+            self._slots.release()
+
+    async def _read(self, read: Read, values: tuple[Any, ...]) -> Sequence[Row]:
         prepared = self._prepared(read)
         pooled = await self._checkout()
         connection = pooled.driver_connection

@@ -223,3 +223,27 @@ async def test_a_connection_the_server_closed_is_replaced_before_a_read(
     await asyncio.to_thread(postgres_admin, terminate)
     await asyncio.sleep(0.2)  # the driver learns of the closed sockets from the event loop
     assert (await client.get("/api/v1/resource/1")).status_code == 200
+
+
+@postgresql_only
+async def test_concurrent_reads_hold_at_most_the_pools_steady_connections(
+    uncached: tuple[Services, httpx.AsyncClient],
+) -> None:
+    services, _client = uncached
+    connects: list[object] = []
+
+    def connected(*args: Any) -> None:
+        connects.append(args)
+
+    event.listen(services.engine.sync_engine, "connect", connected)
+    try:
+        # Several times the pool at once, each from its own address (no limiter refusal).
+        clients = [make_client(services, client_ip=f"10.9.0.{n}") for n in range(60)]
+        answers = await asyncio.gather(*(client.get("/api/v1/resource/1") for client in clients))
+        for client in clients:
+            await client.aclose()
+    finally:
+        event.remove(services.engine.sync_engine, "connect", connected)
+    assert {answer.status_code for answer in answers} == {200}
+    # Without the bound, the reads beyond the pool open overflow connections, closed on return.
+    assert len(connects) <= services.settings.db_pool_size
