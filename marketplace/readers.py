@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -76,13 +76,23 @@ def observed_reads(engine: AsyncEngine, observer: Callable[[str], None]) -> Iter
 
 
 class Read:
-    """A select built once; `parameters` names its bind parameters in the order callers pass them."""
+    """A select built once; `parameters` names its bind parameters in the order callers pass them.
 
-    __slots__ = ("parameters", "statement")
+    `variants` gives another select for a named database (`sqlite`, `postgresql`) where that one
+    runs a different statement better; a parameter the variant in use does not have is ignored.
+    """
 
-    def __init__(self, statement: AnySelect, *parameters: str) -> None:
+    __slots__ = ("parameters", "statement", "variants")
+
+    def __init__(
+        self, statement: AnySelect, *parameters: str, variants: Mapping[str, AnySelect] | None = None
+    ) -> None:
         self.statement = statement
         self.parameters = parameters
+        self.variants = dict(variants or {})
+
+    def statement_for(self, dialect_name: str) -> AnySelect:
+        return self.variants.get(dialect_name, self.statement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,18 +108,19 @@ class PreparedRead:
 
     @classmethod
     def compile(cls, read: Read, dialect: Dialect, *, convert_columns: bool) -> PreparedRead:
+        statement = read.statement_for(dialect.name)
         # Every parameter has a placeholder value, so that `IN` lists can be rendered once here.
-        compiled = read.statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
+        compiled = statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
         names = list(compiled.positiontup or ())
         constant_names = [name for name in dict.fromkeys(names) if name not in read.parameters]
         unknown = set(read.parameters) - set(names)
-        if unknown:
+        if unknown and not read.variants:
             raise ValueError(f"parameters {sorted(unknown)} are not in the statement")
         index = {name: i for i, name in enumerate((*read.parameters, *constant_names))}
         constants = tuple(compiled.params[name] for name in constant_names)
         processors: list[tuple[int, ColumnProcessor]] = []
         if convert_columns:
-            for position, column in enumerate(read.statement.selected_columns):
+            for position, column in enumerate(statement.selected_columns):
                 processor = column.type.dialect_impl(dialect).result_processor(dialect, None)
                 if processor is not None:
                     processors.append((position, processor))

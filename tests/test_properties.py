@@ -210,3 +210,21 @@ def test_the_encoder_gives_php_bytes_that_decode_to_the_same_value(value: Any) -
 def test_integral_floats_print_as_integers(number: int) -> None:
     assert encode(float(number)) == str(number).encode()
     assert encode({"a": [float(number)]}) == b'{"a":[' + str(number).encode() + b"]}"
+
+
+@seed(20261123)
+@settings(max_examples=400, deadline=None)
+@given(literal=st.text(max_size=4), name=st.text(max_size=8))
+def test_the_sqlite_name_range_holds_exactly_the_names_starting_with_the_prefix(
+    literal: str, name: str
+) -> None:
+    from marketplace.catalogue.members import _name_range
+
+    literal = literal.replace("%", "").replace("_", "")
+    for candidate in (name, literal + name):
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in candidate + literal):
+            continue  # not text a database can hold
+        lowest, beyond = _name_range(literal)
+        # SQLite compares UTF-8 bytes, which order as code points.
+        inside = lowest.encode() <= candidate.encode() < beyond.encode()
+        assert inside == candidate.startswith(literal)

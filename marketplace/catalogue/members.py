@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
-from sqlalchemy import Integer, String, bindparam, func, select
+from sqlalchemy import ColumnElement, Integer, Select, String, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace.models import Access, ChatAccount, User
@@ -26,13 +27,50 @@ def storable(text: str, max_length: int | None = None) -> bool:
 
 _NAME_PATTERN = bindparam("pattern", None, type_=String)
 
+_NAME_LOWEST = bindparam("lowest", None, type_=String)
+_NAME_BEYOND = bindparam("beyond", None, type_=String)
+# Above every lowered name (names hold at most 255 characters; lowering may lengthen a few).
+_ABOVE_EVERY_NAME = chr(0x10FFFF) * 1024
+
+
+def _name_range(literal: str) -> tuple[str, str]:
+    """The lowered names starting with `literal`: from it up to, not including, the next text of
+    its length (its last character moved up by one)."""
+    if not literal or literal[-1] == chr(0x10FFFF):
+        return literal, _ABOVE_EVERY_NAME
+    following = ord(literal[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:
+        following = 0xE000  # surrogates are not characters a text can hold
+    return literal, literal[:-1] + chr(following)
+
+
+def _names_starting_with(*, ranged: bool) -> Select[str]:
+    conditions: list[ColumnElement[bool]] = [
+        User.deleted_at.is_(None),
+        func.lower(User.name).like(func.lower(_NAME_PATTERN)),
+    ]
+    if ranged:
+        # SQLite evaluates a LIKE on lower() row by row along the whole index; the range on the
+        # same expression lets it read only the names starting with the literal part of the
+        # prefix. SQLite compares code points, so the range is exact there; PostgreSQL's
+        # collations need not be, and its pattern index serves the LIKE itself.
+        lowered = func.lower(User.name)
+        conditions += [lowered >= _NAME_LOWEST, lowered < _NAME_BEYOND]
+    return (
+        select(User.name)
+        .where(*conditions)
+        .order_by(func.lower(User.name), User.name, User.id)
+        .limit(NAME_LOOKUP_LIMIT)
+    )
+
+
 # The prefix keeps `%` and `_` as patterns; case is ignored.
 NAMES_STARTING_WITH = Read(
-    select(User.name)
-    .where(User.deleted_at.is_(None), func.lower(User.name).like(func.lower(_NAME_PATTERN)))
-    .order_by(func.lower(User.name), User.name, User.id)
-    .limit(NAME_LOOKUP_LIMIT),
+    _names_starting_with(ranged=False),
     "pattern",
+    "lowest",
+    "beyond",
+    variants={"sqlite": _names_starting_with(ranged=True)},
 )
 
 _linked_chat_id = (
@@ -65,8 +103,10 @@ async def names_starting_with(reader: Reader, prefix: str) -> list[str]:
     """At most ten names of not-deleted users starting with `prefix`, sorted by name."""
     if not storable(prefix):
         return []
-    # Without an expression index SQLite walks the users: not on the event loop's thread.
-    rows = await reader.scan(NAMES_STARTING_WITH, prefix + "%")
+    # The literal part of the prefix, before any pattern character, bounds the names read.
+    literal = re.split("[%_]", prefix, maxsplit=1)[0].lower()
+    # A wide range (a short or pattern-led prefix) walks many users: not on the event loop's thread.
+    rows = await reader.scan(NAMES_STARTING_WITH, prefix + "%", *_name_range(literal))
     return [row[0] for row in rows]
 
 
