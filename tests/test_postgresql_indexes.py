@@ -60,3 +60,31 @@ async def test_user_name_prefix_lookup_uses_an_index(services: Services) -> None
     )
     assert "ix_users_lower_name_pattern" in plan
     assert await names_starting_with(services.reads.reader, "ali") == []
+
+
+@postgresql_only
+async def test_the_user_name_lookup_reads_only_the_prefix_range_in_a_generic_plan(services: Services) -> None:
+    from marketplace.catalogue.members import NAMES_STARTING_WITH, _name_range
+    from marketplace.readers import PreparedRead
+
+    await _large_catalogue(services.engine)
+    prepared = PreparedRead.compile(NAMES_STARTING_WITH, services.engine.dialect, convert_columns=False)
+    arguments = prepared.arguments(("ali%", *_name_range("ali")))
+    pooled = await services.engine.raw_connection()
+    try:
+        connection = pooled.driver_connection
+        assert connection is not None
+        # The plan the driver's prepared statement gets once PostgreSQL stops planning per value.
+        await connection.execute("SET plan_cache_mode = force_generic_plan")
+        await connection.execute(f"PREPARE names_lookup AS {prepared.sql}")
+        literals = ", ".join("'" + str(value).replace("'", "''") + "'" for value in arguments)
+        plan = "\n".join(
+            row[0] for row in await connection.fetch(f"EXPLAIN EXECUTE names_lookup({literals})")
+        )
+        await connection.execute("DEALLOCATE names_lookup")
+        await connection.execute("RESET plan_cache_mode")
+    finally:
+        pooled.close()
+    assert "ix_users_lower_name_pattern" in plan and "~>=~" in plan
+    expected = ["user1", "user10", "user100", "user1000", *(f"user1000{n}" for n in range(6))]
+    assert await names_starting_with(services.reads.reader, "USER1") == expected

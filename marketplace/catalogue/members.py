@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from sqlalchemy import ColumnElement, Integer, Select, String, bindparam, func, select
+from sqlalchemy import Integer, Select, String, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace.models import Access, ChatAccount, User
@@ -44,21 +44,23 @@ def _name_range(literal: str) -> tuple[str, str]:
     return literal, literal[:-1] + chr(following)
 
 
-def _names_starting_with(*, ranged: bool) -> Select[str]:
-    conditions: list[ColumnElement[bool]] = [
-        User.deleted_at.is_(None),
-        func.lower(User.name).like(func.lower(_NAME_PATTERN)),
-    ]
-    if ranged:
-        # SQLite evaluates a LIKE on lower() row by row along the whole index; the range on the
-        # same expression lets it read only the names starting with the literal part of the
-        # prefix. SQLite compares code points, so the range is exact there; PostgreSQL's
-        # collations need not be, and its pattern index serves the LIKE itself.
-        lowered = func.lower(User.name)
-        conditions += [lowered >= _NAME_LOWEST, lowered < _NAME_BEYOND]
+def _names_starting_with(*, code_point_operators: tuple[str, str]) -> Select[str]:
+    # The range on lower(name) lets the database read only the names starting with the literal
+    # part of the prefix: a LIKE on a bound pattern is otherwise checked row by row along the
+    # whole index (SQLite always, PostgreSQL in the generic plans of prepared statements). The
+    # range compares code points (SQLite's own order; PostgreSQL's pattern operators, which its
+    # pattern index serves), so that it holds exactly the names the LIKE can match, whatever the
+    # collation.
+    lowered = func.lower(User.name)
+    at_least, below = code_point_operators
     return (
         select(User.name)
-        .where(*conditions)
+        .where(
+            User.deleted_at.is_(None),
+            lowered.op(at_least, is_comparison=True)(_NAME_LOWEST),
+            lowered.op(below, is_comparison=True)(_NAME_BEYOND),
+            lowered.like(func.lower(_NAME_PATTERN)),
+        )
         .order_by(func.lower(User.name), User.name, User.id)
         .limit(NAME_LOOKUP_LIMIT)
     )
@@ -66,11 +68,11 @@ def _names_starting_with(*, ranged: bool) -> Select[str]:
 
 # The prefix keeps `%` and `_` as patterns; case is ignored.
 NAMES_STARTING_WITH = Read(
-    _names_starting_with(ranged=False),
+    _names_starting_with(code_point_operators=("~>=~", "~<~")),
     "pattern",
     "lowest",
     "beyond",
-    variants={"sqlite": _names_starting_with(ranged=True)},
+    variants={"sqlite": _names_starting_with(code_point_operators=(">=", "<"))},
 )
 
 _linked_chat_id = (
