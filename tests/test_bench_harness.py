@@ -1,0 +1,322 @@
+"""The load-run harness (`bench/`): the catalogue it fills, the requests it sends, its report.
+
+The fill is checked on both profiles and every request it would send is answered through the app
+in process; wrk itself is needed only by the last test (CI also runs `bench/run.py --smoke`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.catalogue import Catalogue, Size, resource_name, tagline
+from bench.fill import database_url, fill_postgresql, fill_sqlite, postgresql_counts
+from bench.harness import Options, ProfileRun, RouteResult, Run
+from bench.hotspots import outside, summarise
+from bench.report import render
+from bench.request_mix import (
+    ROUTES,
+    Population,
+    postgresql_population,
+    sqlite_population,
+    zipf_sample,
+)
+from bench.servers import free_port
+from bench.wrk_run import WrkResult, parse_summary, run_wrk, wrk_available
+from marketplace.app import build_app
+from marketplace.config import Settings
+from marketplace.services import build_services
+from tests.profiles import POSTGRES_ADMIN_URL, postgres_admin, require_service, unique_name
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+SMALL = 50
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def test_names_and_taglines_are_the_same_for_the_same_seed() -> None:
+    first, second = random.Random(7), random.Random(7)
+    names = [resource_name(first) for _ in range(50)]
+    assert names == [resource_name(second) for _ in range(50)]
+    for _ in range(200):
+        words = tagline(first).split()
+        assert 6 <= len(words) <= 12
+
+
+def test_the_catalogue_keeps_its_proportions_and_references() -> None:
+    catalogue = Catalogue(Size(SMALL))
+    resources = list(catalogue.rows("resources"))
+    versions = list(catalogue.rows("versions"))
+    accesses = list(catalogue.rows("accesses"))
+    assert len(resources) == SMALL
+    assert len(list(catalogue.rows("users"))) == Size(SMALL).users
+    assert len(accesses) == Size(SMALL).accesses
+    assert abs(len(versions) - 5 * SMALL) < 2 * SMALL
+    owner = {row[0]: row[1] for row in versions}
+    for row in resources:
+        current = row[14]
+        assert current is None or owner[current] == row[0]
+    pairs = [(row[1], row[2]) for row in accesses]
+    assert len(pairs) == len(set(pairs))
+
+
+def test_popular_items_are_drawn_more_often() -> None:
+    drawn = zipf_sample(list(range(100)), random.Random(1), 10_000, 1.0)
+    assert drawn.count(0) > drawn.count(50) * 10
+
+
+async def _answers(database: str, population: Population) -> dict[str, set[int]]:
+    """The statuses the app gives to every request line of every route."""
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        database_url=database,
+        redis_url=None,
+        app_key="bench",
+        base_url="http://marketplace.test",
+    )
+    services = build_services(settings)
+    statuses: dict[str, set[int]] = {}
+    try:
+        transport = httpx.ASGITransport(app=build_app(services=services))
+        async with httpx.AsyncClient(transport=transport, base_url="http://marketplace.test") as client:
+            for name, route in ROUTES.items():
+                lines = route.lines(population, random.Random(name), 40)
+                for number, line in enumerate(lines):
+                    method, path = line.split(" ", 1)
+                    response = await client.request(
+                        method, path, headers={"X-Forwarded-For": f"10.1.{number // 250}.{number % 250}"}
+                    )
+                    statuses.setdefault(name, set()).add(response.status_code)
+    finally:
+        await services.close()
+    return statuses
+
+
+async def test_sqlite_fill_answers_every_route(tmp_path: Path) -> None:
+    path = tmp_path / "bench.db"
+    filled = fill_sqlite(path, Catalogue(Size(SMALL)), REPOSITORY, refill=False, progress=_quiet)
+    assert not filled.kept
+    assert filled.counts["resources"] == SMALL
+    assert filled.counts["accesses"] == Size(SMALL).accesses
+    with closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    again = fill_sqlite(path, Catalogue(Size(SMALL)), REPOSITORY, refill=False, progress=_quiet)
+    assert again.kept and again.counts == filled.counts
+
+    population = sqlite_population(path)
+    assert population.visible_ids and population.chat_ids and population.words
+    statuses = await _answers(f"sqlite:///{path}", population)
+    assert statuses == {name: {200} for name in ROUTES}
+
+
+@pytest.fixture
+def postgresql_database() -> Iterator[str]:
+    require_service("PostgreSQL", "127.0.0.1", 5432)
+    name = unique_name("mp_bench")
+    yield name
+    postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_postgresql_fill_answers_every_route(postgresql_database: str, tmp_path: Path) -> None:
+    filled = fill_postgresql(
+        POSTGRES_ADMIN_URL,
+        postgresql_database,
+        Catalogue(Size(SMALL)),
+        REPOSITORY,
+        tmp_path,
+        refill=False,
+        progress=_quiet,
+    )
+    url = database_url(POSTGRES_ADMIN_URL, postgresql_database)
+    assert filled.counts["resources"] == SMALL
+    assert filled.counts == asyncio.run(postgresql_counts(url))
+
+    population = postgresql_population(url)
+    statuses = asyncio.run(_answers(url, population))
+    assert statuses == {name: {200} for name in ROUTES}
+
+
+def _wrk(requests: int = 1000, status_errors: int = 0, p99: float = 5.0) -> WrkResult:
+    return WrkResult(requests, 1.0, status_errors, 0, 1.0, 1.0, 2.0, 3.0, p99, 9.0)
+
+
+def test_the_report_states_ratios_targets_and_statuses(tmp_path: Path) -> None:
+    from bench.fill import Filled
+
+    options = Options(
+        profiles=("sqlite",),
+        resources=200_000,
+        seconds=1,
+        rounds=2,
+        warmup=0,
+        workers=(1, 2),
+        connections=32,
+        threads=1,
+        routes=("version", "licence"),
+        profile_routes=(),
+        sizes=(),
+        matrix=True,
+        source=REPOSITORY,
+        workdir=tmp_path,
+        postgres_url="",
+        redis_url="",
+        refill=False,
+        seed=1,
+        request_lines=100,
+        env={},
+        command_line="python bench/run.py",
+    )
+    from datetime import UTC, datetime
+
+    run = Run(options, datetime.now(UTC), {"Machine": "test"})
+    run.profiles.append(ProfileRun("sqlite", Filled({"resources": 200_000}, 3.0, kept=False)))
+    for workers in (1, 2):
+        version = RouteResult("sqlite", workers, "version")
+        version.ceiling = [_wrk(10_000), _wrk(12_000)]
+        version.service = [_wrk(7_000, p99=9.0), _wrk(6_000, p99=20.0)]
+        version.service_cpu_us = [100.0, 120.0]
+        version.ceiling_cpu_us = [50.0, 60.0]
+        version.worker_rss_mib = [80.0] * workers
+        version.statuses = {"200": 13_000}
+        version.cache = {"hit": 9.0, "miss": 1.0}
+        run.routes.append(version)
+        licence = RouteResult("sqlite", workers, "licence")
+        licence.ceiling = [_wrk(10_000), _wrk(10_000)]
+        licence.service = [_wrk(5_000, status_errors=3), _wrk(5_000)]
+        licence.statuses = {"200": 9_997, "429": 3}
+        run.routes.append(licence)
+
+    text = render(run)
+    # Median of the pairs 0.7 and 0.5.
+    assert "| `version` | 1 | 11,000 | 6,500 | **0.600** |" in text
+    assert "| `version` ≥ 0.6 of the ceiling | SQLite, in-process store, 1 worker(s) | 0.600 | yes |" in text
+    assert "`version` p99 ≤ 15 ms at 32 connections" in text
+    assert "90%" in text
+    assert "200 ×9,997, 429 ×3" in text
+    assert "## 1 vs 2 workers" in text
+    assert "## External figures" in text
+
+
+def test_hotspots_are_summarised_by_part_and_function() -> None:
+    raw = "\n".join(
+        [
+            'process 1:"python";run (asyncio/runners.py:118);handle (marketplace/http/limits.py:40) 30',
+            'process 1:"python";run (asyncio/runners.py:118);handle (marketplace/http/limits.py:41) 5',
+            'process 1:"python";handle (marketplace/http/limits.py:40);execute (sqlalchemy/engine.py:9) 10',
+            'process 1:"python";run (asyncio/runners.py:118);parse (uvicorn/protocols/http.py:9) 15',
+        ]
+    )
+    found = summarise(raw)
+    assert found.samples == 60
+    assert found.parts[0] == ("marketplace http layers", 35)
+    assert found.own[0] == ("handle (marketplace/http/limits.py)", 35)
+    assert found.inner == [("handle (marketplace/http/limits.py)", 45), (outside("uvicorn"), 15)]
+
+
+def test_the_wrk_summary_line_is_read() -> None:
+    output = (
+        "Running 1s test\n"
+        'BENCH {"requests": 2500, "duration_us": 1000000, "connect": 0, "read": 1, "write": 0, '
+        '"status": 4, "timeout": 2, "mean_us": 1500.0, "p50_us": 1000, "p90_us": 2000, "p95_us": 2500, '
+        '"p99_us": 4000, "max_us": 9000}\n'
+    )
+    result = parse_summary(output)
+    assert result.rate == 2500
+    assert (result.status_errors, result.socket_errors, result.errors) == (4, 3, 7)
+    assert (result.p50_ms, result.p95_ms, result.p99_ms) == (1.0, 2.5, 4.0)
+
+
+@pytest.mark.skipif(not wrk_available(), reason="wrk is not installed (apt-get install wrk)")
+def test_wrk_runs_the_request_script_against_the_ceiling(tmp_path: Path) -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "reference_app:app",
+            "--app-dir",
+            str(REPOSITORY / "bench"),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        requests = tmp_path / "requests.txt"
+        requests.write_text("GET /api/v1/resource/1\nPOST /api/v1/licence/KEY\n")
+        result = run_wrk(port, requests, seconds=1, connections=4)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert result.requests > 0
+    assert result.errors == 0
+
+
+def test_the_report_estimates_the_hosts_for_100k_version_checks_from_measured_costs(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from bench.fill import Filled
+
+    options = Options(
+        profiles=("postgresql",),
+        resources=200_000,
+        seconds=1,
+        rounds=1,
+        warmup=0,
+        workers=(2,),
+        connections=32,
+        threads=1,
+        routes=("version",),
+        profile_routes=(),
+        sizes=(),
+        matrix=True,
+        source=REPOSITORY,
+        workdir=tmp_path,
+        postgres_url="",
+        redis_url="",
+        refill=False,
+        seed=1,
+        request_lines=100,
+        env={},
+        command_line="python bench/run.py",
+    )
+    run = Run(options, datetime.now(UTC), {"Machine": "test"})
+    run.profiles.append(ProfileRun("postgresql", Filled({"resources": 200_000}, 3.0, kept=False)))
+    version = RouteResult("postgresql", 2, "version")
+    version.ceiling = [_wrk(10_000)]
+    version.service = [_wrk(7_000)]
+    version.service_cpu_us = [140.0]
+    version.store_cpu_us = [20.0]
+    version.cache = {"hit": 1.0, "miss": 1.0}
+    run.routes.append(version)
+
+    text = render(run)
+    # 100,000 x 140 us = 14 cores; 8-core hosts 70% busy take 5.6 each.
+    assert "## Hosts for 100,000 version checks per second" in text
+    assert "**3 hosts of 8 cores**" in text
+    assert "2.0 cores of PostgreSQL and Redis together; 50,000 reads per second reach PostgreSQL" in text
