@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -74,24 +74,19 @@ class ReplicaReader:
         self._follower: asyncio.Task[None] | None = None
 
     async def point(self, read: Read, *values: Any) -> Sequence[Row]:
-        replica = self._choose()
-        if replica is None:
-            return await self.primary.point(read, *values)
-        try:
-            return await replica.reader.point(read, *values)
-        except (OSError, ConnectionError) as error:
-            self._set_aside(replica, error)
-            return await self.primary.point(read, *values)
+        return await self._read(lambda reader: reader.point, read, values)
 
     async def scan(self, read: Read, *values: Any) -> Sequence[Row]:
+        return await self._read(lambda reader: reader.scan, read, values)
+
+    async def _read(self, method: _Method, read: Read, values: tuple[Any, ...]) -> Sequence[Row]:
         replica = self._choose()
-        if replica is None:
-            return await self.primary.scan(read, *values)
-        try:
-            return await replica.reader.scan(read, *values)
-        except (OSError, ConnectionError) as error:
-            self._set_aside(replica, error)
-            return await self.primary.scan(read, *values)
+        if replica is not None:
+            try:
+                return await method(replica.reader)(read, *values)
+            except (OSError, ConnectionError) as error:
+                self._set_aside(replica, error)
+        return await method(self.primary)(read, *values)
 
     def _choose(self) -> Replica | None:
         generation = self.changes.generation()
@@ -158,6 +153,8 @@ class ReplicaReader:
 
 
 _UNCHECKED = object()
+# Which of a reader's two ways to read a request uses.
+_Method = Callable[[Reader], Callable[..., Awaitable[Sequence[Row]]]]
 
 
 async def _primary_position(engine: AsyncEngine) -> str:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -152,31 +153,36 @@ def _wrk(requests: int = 1000, status_errors: int = 0, p99: float = 5.0) -> WrkR
     return WrkResult(requests, 1.0, status_errors, 0, 1.0, 1.0, 2.0, 3.0, p99, 9.0)
 
 
+def report_options(tmp_path: Path, **chosen: Any) -> Options:
+    """The options of a run on the 200k catalogue, as a report shows them; `chosen` overrides."""
+    values: dict[str, Any] = {
+        "resources": 200_000,
+        "seconds": 1,
+        "warmup": 0,
+        "connections": 32,
+        "threads": 1,
+        "profile_routes": (),
+        "sizes": (),
+        "matrix": True,
+        "source": REPOSITORY,
+        "workdir": tmp_path,
+        "postgres_url": "",
+        "redis_url": "",
+        "refill": False,
+        "seed": 1,
+        "request_lines": 100,
+        "env": {},
+        "command_line": "python bench/run.py",
+    }
+    values.update(chosen)
+    return Options(**values)
+
+
 def test_the_report_states_ratios_targets_and_statuses(tmp_path: Path) -> None:
     from bench.fill import Filled
 
-    options = Options(
-        profiles=("sqlite",),
-        resources=200_000,
-        seconds=1,
-        rounds=2,
-        warmup=0,
-        workers=(1, 2),
-        connections=32,
-        threads=1,
-        routes=("version", "licence"),
-        profile_routes=(),
-        sizes=(),
-        matrix=True,
-        source=REPOSITORY,
-        workdir=tmp_path,
-        postgres_url="",
-        redis_url="",
-        refill=False,
-        seed=1,
-        request_lines=100,
-        env={},
-        command_line="python bench/run.py",
+    options = report_options(
+        tmp_path, profiles=("sqlite",), rounds=2, workers=(1, 2), routes=("version", "licence")
     )
     from datetime import UTC, datetime
 
@@ -282,29 +288,7 @@ def test_the_report_estimates_the_hosts_for_100k_version_checks_from_measured_co
 
     from bench.fill import Filled
 
-    options = Options(
-        profiles=("postgresql",),
-        resources=200_000,
-        seconds=1,
-        rounds=1,
-        warmup=0,
-        workers=(2,),
-        connections=32,
-        threads=1,
-        routes=("version",),
-        profile_routes=(),
-        sizes=(),
-        matrix=True,
-        source=REPOSITORY,
-        workdir=tmp_path,
-        postgres_url="",
-        redis_url="",
-        refill=False,
-        seed=1,
-        request_lines=100,
-        env={},
-        command_line="python bench/run.py",
-    )
+    options = report_options(tmp_path, profiles=("postgresql",), rounds=1, workers=(2,), routes=("version",))
     run = Run(options, datetime.now(UTC), {"Machine": "test"})
     run.profiles.append(ProfileRun("postgresql", Filled({"resources": 200_000}, 3.0, kept=False)))
     version = RouteResult("postgresql", 2, "version")
