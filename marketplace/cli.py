@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Coroutine
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -170,8 +171,27 @@ def demo() -> None:
     default=None,
     help="Lowest level written (default: MARKETPLACE_LOG_LEVEL, info).",
 )
+@click.option(
+    "--ssl-certfile",
+    default=None,
+    metavar="FILE",
+    help="Serve HTTPS with this certificate chain (PEM; default: MARKETPLACE_SSL_CERTFILE).",
+)
+@click.option(
+    "--ssl-keyfile",
+    default=None,
+    metavar="FILE",
+    help="The certificate's private key (PEM; default: MARKETPLACE_SSL_KEYFILE).",
+)
 def serve(
-    host: str, port: int, workers: int, access_log: bool | None, log_format: str | None, log_level: str | None
+    host: str,
+    port: int,
+    workers: int,
+    access_log: bool | None,
+    log_format: str | None,
+    log_level: str | None,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
 ) -> None:
     from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE
 
@@ -180,16 +200,17 @@ def serve(
         ("MARKETPLACE_ACCESS_LOG", None if access_log is None else str(access_log).lower()),
         ("MARKETPLACE_LOG_FORMAT", log_format),
         ("MARKETPLACE_LOG_LEVEL", log_level.lower() if log_level else None),
+        ("MARKETPLACE_SSL_CERTFILE", ssl_certfile),
+        ("MARKETPLACE_SSL_KEYFILE", ssl_keyfile),
     ):
         if value is not None:
             os.environ[variable] = value
-    ready: tuple[LogFormat, str]
+    ready: ServeReady
     if workers == 1:
         # The one worker is this process: it checks here what it would load anyway.
         ready = _ready_to_serve()
     else:
         ready = _ready_to_serve_in_a_child()
-    log_format, log_level = ready
     metrics_dir, made_here = _fresh_metrics_dir()
     os.environ[MULTIPROCESS_DIR_VARIABLE] = str(metrics_dir)
     # Imported only now: where metric values go is decided when the metrics are first imported,
@@ -209,7 +230,9 @@ def serve(
             workers=workers,
             # The service writes its own access log (marketplace.access), without secrets.
             access_log=False,
-            log_config=logging_config(log_format, log_level),
+            log_config=logging_config(ready.log_format, ready.log_level),
+            ssl_certfile=ready.ssl_certfile,
+            ssl_keyfile=ready.ssl_keyfile,
             # The service reads X-Forwarded-For itself, as far as MARKETPLACE_TRUSTED_PROXIES allows;
             # the server must not rewrite the peer.
             proxy_headers=False,
@@ -221,14 +244,35 @@ def serve(
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _ready_to_serve() -> tuple[LogFormat, str]:
-    """Valid settings and a current schema (else one line and exit 1); the log format and level."""
+@dataclass(frozen=True)
+class ServeReady:
+    """What the server needs of the settings once they and the schema are checked."""
+
+    log_format: LogFormat
+    log_level: str
+    ssl_certfile: str | None
+    ssl_keyfile: str | None
+
+
+def _ready_to_serve() -> ServeReady:
+    """Valid settings, a usable TLS key pair and a current schema, else one line and exit 1."""
     settings = load_settings()
+    if settings.ssl_certfile and settings.ssl_keyfile:
+        _check_key_pair(settings.ssl_certfile, settings.ssl_keyfile)
     _run(_require_schema)
-    return settings.log_format, settings.log_level
+    return ServeReady(settings.log_format, settings.log_level, settings.ssl_certfile, settings.ssl_keyfile)
 
 
-def _ready_to_serve_in_a_child() -> tuple[LogFormat, str]:
+def _check_key_pair(certfile: str, keyfile: str) -> None:
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as error:
+        _fail(f"cannot serve HTTPS with {certfile} and {keyfile}: {error}")
+
+
+def _ready_to_serve_in_a_child() -> ServeReady:
     """`_ready_to_serve` in a short-lived process, so that the supervisor of the workers never
     loads the settings' validation or the database layer; its one-line error is shown as is."""
     import json
@@ -242,7 +286,12 @@ def _ready_to_serve_in_a_child() -> tuple[LogFormat, str]:
     if checked.returncode != 0:
         sys.exit(checked.returncode)
     answer = json.loads(checked.stdout)
-    return "text" if answer["log_format"] == "text" else "json", str(answer["log_level"])
+    return ServeReady(
+        "text" if answer["log_format"] == "text" else "json",
+        str(answer["log_level"]),
+        answer["ssl_certfile"],
+        answer["ssl_keyfile"],
+    )
 
 
 _READY_COMMAND = "ready-to-serve"
@@ -252,8 +301,7 @@ _READY_COMMAND = "ready-to-serve"
 def ready_to_serve() -> None:
     import json
 
-    log_format, log_level = _ready_to_serve()
-    click.echo(json.dumps({"log_format": log_format, "log_level": log_level}))
+    click.echo(json.dumps(asdict(_ready_to_serve())))
 
 
 def _fresh_metrics_dir() -> tuple[Path, bool]:

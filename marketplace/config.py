@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     # Each worker's cache of encoded catalogue answers (0 entries or bytes: no cache).
     worker_cache_max_entries: int = Field(default=20_000, ge=0)
     worker_cache_max_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
+    # HTTPS served by `marketplace serve` itself (PEM files); both or neither.
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = Field(default=None, validate_default=True)
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = True
@@ -73,6 +76,13 @@ class Settings(BaseSettings):
         if any(not url.startswith(postgresql) for url in urls):
             raise ValueError("read replicas are PostgreSQL URLs (postgresql://...)")
         return value
+
+    @field_validator("ssl_keyfile")
+    @classmethod
+    def _key_with_its_certificate(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if bool(value) != bool(info.data.get("ssl_certfile")):
+            raise ValueError("set both MARKETPLACE_SSL_CERTFILE and MARKETPLACE_SSL_KEYFILE, or neither")
+        return value or None
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -154,3 +154,121 @@ def test_several_workers_refuse_to_start_on_an_invalid_setting_with_one_line(
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("marketplace: invalid setting MARKETPLACE_LOG_LEVEL: ")
+
+
+@pytest.fixture
+def key_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM), made by the openssl command."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed (it makes the test certificate)")
+    certificate, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(certificate),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return certificate, key
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_answers_over_https_with_the_given_certificate_and_key(
+    operator_settings: Settings, tmp_path: Path, key_pair: tuple[Path, Path], workers: str
+) -> None:
+    import ssl
+    import subprocess
+
+    from tests.live import MARKETPLACE, free_port, stop
+
+    certificate, key = key_pair
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            MARKETPLACE,
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            workers,
+            "--ssl-certfile",
+            str(certificate),
+            "--ssl-keyfile",
+            str(key),
+        ],
+        env=environment(operator_settings),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    trusted = ssl.create_default_context(cafile=str(certificate))
+    try:
+        with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=trusted, timeout=2.0) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    answer = client.get("/api/v1/resource/version/1")
+                    break
+                except httpx.TransportError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            assert answer.status_code == 200
+            assert answer.headers["x-service-api-version"] == "1"
+            with pytest.raises(httpx.TransportError):
+                httpx.get(f"http://127.0.0.1:{port}/up", timeout=2.0).raise_for_status()
+    finally:
+        stop(process)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"MARKETPLACE_SSL_CERTFILE": "cert.pem"},
+            "invalid setting MARKETPLACE_SSL_KEYFILE: Value error, set both",
+        ),
+        (
+            {"MARKETPLACE_SSL_CERTFILE": "missing.pem", "MARKETPLACE_SSL_KEYFILE": "missing-key.pem"},
+            "cannot serve HTTPS with missing.pem and missing-key.pem: ",
+        ),
+    ],
+)
+def test_a_certificate_without_a_usable_key_is_refused_in_one_line(
+    operator_settings: Settings, tmp_path: Path, changes: dict[str, str], message: str
+) -> None:
+    import subprocess
+
+    from tests.live import MARKETPLACE
+
+    result = subprocess.run(
+        [MARKETPLACE, "serve"],
+        env=environment(operator_settings, **changes),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("marketplace: " + message)
