@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.changes import ChangeFeed
 from marketplace.readers import Read, Reader, Row
+from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
 
 logger = logging.getLogger("marketplace.replicas")
 
@@ -47,6 +48,21 @@ class Replica:
         self.engine = engine
         self.reader = reader
         self.caught_up = False
+        # Failing its reads or checks: warned of once, until it answers again.
+        self.failing = False
+
+    def failed(self, error: BaseException) -> None:
+        READ_REPLICA_FAILURES.inc()
+        if not self.failing:
+            self.failing = True
+            logger.warning(
+                "read replica %s failed (%s): reads go to the primary until it answers", self.name, error
+            )
+
+    def answered(self) -> None:
+        if self.failing:
+            self.failing = False
+            logger.info("read replica %s answers again", self.name)
 
     async def replayed(self, position: str) -> bool:
         pooled = await self.engine.raw_connection()
@@ -102,10 +118,7 @@ class ReplicaReader:
         return None
 
     def _set_aside(self, replica: Replica, error: BaseException) -> None:
-        if replica.caught_up:
-            logger.warning(
-                "read replica %s failed (%s): reading from the primary until it answers", replica.name, error
-            )
+        replica.failed(error)
         replica.caught_up = False
         self._follow(self._generation)
 
@@ -117,30 +130,29 @@ class ReplicaReader:
     async def _catch_up(self, generation: object) -> None:
         """Mark each replica caught up once it has replayed the primary's position of now."""
         position: str | None = None
+        warned = False
         while position is None:
             try:
                 position = await _primary_position(self.primary_engine)
             except Exception as error:  # the primary's own faults show on the requests that use it
-                logger.warning("cannot read the primary's WAL position (%s); replicas wait", error)
+                if not warned:
+                    warned = True
+                    logger.warning("cannot read the primary's WAL position (%s); replicas wait", error)
                 await asyncio.sleep(FAILED_POLL_SECONDS)
         behind = [replica for replica in self.replicas if not replica.caught_up]
-        failing: set[str] = set()
         while behind and self._generation == generation:
             pause = CATCH_UP_POLL_SECONDS
             for replica in list(behind):
                 try:
-                    if await replica.replayed(position):
-                        replica.caught_up = self._generation == generation
-                        behind.remove(replica)
+                    replayed = await replica.replayed(position)
                 except Exception as error:  # a replica that is down waits for the next poll
                     pause = FAILED_POLL_SECONDS
-                    if replica.name not in failing:
-                        failing.add(replica.name)
-                        logger.warning(
-                            "read replica %s cannot be checked (%s): reads stay on the primary",
-                            replica.name,
-                            error,
-                        )
+                    replica.failed(error)
+                    continue
+                replica.answered()
+                if replayed:
+                    replica.caught_up = self._generation == generation
+                    behind.remove(replica)
             if behind:
                 await asyncio.sleep(pause)
 

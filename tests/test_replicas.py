@@ -22,6 +22,7 @@ from marketplace.fixtures.loader import load_document
 from marketplace.readers import PostgresReader
 from marketplace.replicas import Replica, ReplicaReader
 from marketplace.services import Services, build_services
+from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
 from tests.catalogue import catalogue
 from tests.conftest import make_client
 from tests.profiles import POSTGRES_ADMIN_URL, postgresql_only, unique_name
@@ -144,6 +145,7 @@ async def test_a_failing_replica_is_set_aside_and_its_read_answered_by_the_prima
                 settings.model_copy(update={"database_url": "postgresql://postgres@127.0.0.1:1/gone"})
             )
             replica.engine, replica.reader = gone, PostgresReader(gone)
+            failures = READ_REPLICA_FAILURES._value.get()
             try:
                 answers = [await client.get("/api/v1/resource/1") for _ in range(3)]
             finally:
@@ -152,6 +154,8 @@ async def test_a_failing_replica_is_set_aside_and_its_read_answered_by_the_prima
             assert {answer.json()["name"] for answer in answers} == {PRIMARY_NAME}
             assert not replica.caught_up
             assert "read replica" in caplog.text
+            assert caplog.text.count("reads go to the primary until it answers") == 1  # once per outage
+            assert READ_REPLICA_FAILURES._value.get() > failures
     finally:
         await services.close()
 

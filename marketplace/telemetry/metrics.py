@@ -98,6 +98,10 @@ DB_POOL_TIMEOUTS = Counter(
     "marketplace_db_pool_timeouts_total",
     "Requests that found no free database connection within the pool timeout.",
 )
+READ_REPLICA_FAILURES = Counter(
+    "marketplace_read_replica_failures_total",
+    "Failed reads and catch-up checks of read replicas; their reads go to the primary meanwhile.",
+)
 STORE_ERRORS = Counter(
     "marketplace_store_errors_total",
     "Failed calls to the shared store (Redis); limiters admit and caches miss meanwhile.",
