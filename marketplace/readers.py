@@ -190,11 +190,14 @@ class PostgresReader:
     async def point(self, read: Read, *values: Any) -> Sequence[Row]:
         if self._slots is None:
             return await self._read(read, values)
-        try:
-            async with asyncio.timeout(self._slot_wait):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise PoolTimeout("no database connection for a read within the pool timeout") from None
+        if self._slots.locked():
+            try:
+                async with asyncio.timeout(self._slot_wait):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise PoolTimeout("no database connection for a read within the pool timeout") from None
+        else:
+            await self._slots.acquire()  # a free slot: taken at once, no timer to arm per read
         try:
             return await self._read(read, values)
         finally:
