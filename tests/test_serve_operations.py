@@ -137,22 +137,10 @@ def test_the_supervisor_of_several_workers_does_not_load_the_application(
 def test_several_workers_refuse_to_start_on_an_invalid_setting_with_one_line(
     operator_settings: Settings, tmp_path: Path
 ) -> None:
-    import subprocess
 
-    from tests.live import MARKETPLACE
-
-    env = environment(operator_settings, MARKETPLACE_LOG_LEVEL="loud")
-    result = subprocess.run(
-        [MARKETPLACE, "serve", "--workers", "2"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+    line = refusal_of_serve(
+        environment(operator_settings, MARKETPLACE_LOG_LEVEL="loud"), tmp_path, "--workers", "2"
     )
-    assert result.returncode == 1
-    [line] = result.stderr.strip().splitlines()
     assert line.startswith("marketplace: invalid setting MARKETPLACE_LOG_LEVEL: ")
 
 
@@ -256,14 +244,21 @@ def test_serve_answers_over_https_with_the_given_certificate_and_key(
 def test_a_certificate_without_a_usable_key_is_refused_in_one_line(
     operator_settings: Settings, tmp_path: Path, changes: dict[str, str], message: str
 ) -> None:
+
+    line = refusal_of_serve(environment(operator_settings, **changes), tmp_path)
+    assert line.startswith("marketplace: " + message)
+
+
+def refusal_of_serve(env: dict[str, str], workdir: Path, *serve_args: str) -> str:
+    """The one line `marketplace serve` exits 1 with (it fails the test to start at all)."""
     import subprocess
 
     from tests.live import MARKETPLACE
 
     result = subprocess.run(
-        [MARKETPLACE, "serve"],
-        env=environment(operator_settings, **changes),
-        cwd=tmp_path,
+        [MARKETPLACE, "serve", *serve_args],
+        env=env,
+        cwd=workdir,
         capture_output=True,
         text=True,
         timeout=30,
@@ -271,4 +266,4 @@ def test_a_certificate_without_a_usable_key_is_refused_in_one_line(
     )
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith("marketplace: " + message)
+    return line
