@@ -1,4 +1,5 @@
-"""The `marketplace` command: migrate, load, demo, serve (and import-earlier).
+"""The `marketplace` command: migrate, load, demo, serve, import-earlier, and the back office
+(`marketplace/backoffice/commands.py`).
 
 Imports stay light here and heavy ones (the settings' validation, the database layer, the
 application) happen inside the commands: the supervisor of `serve --workers N` is this process,
@@ -7,74 +8,31 @@ and it must not hold what only its workers use.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
-if TYPE_CHECKING:
-    from pydantic import ValidationError
+from marketplace.backoffice.commands import BACK_OFFICE_COMMANDS
+from marketplace.console import CommandRefused, fail, load_settings, require_schema, run_command
 
+if TYPE_CHECKING:
     from marketplace.config import Settings
     from marketplace.telemetry.logs import LogFormat
 
-T = TypeVar("T")
 
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"marketplace: {message}", err=True)
-    sys.exit(1)
-
-
-def settings_problem(error: ValidationError) -> str:
-    """The first invalid setting, named as the operator sets it (`MARKETPLACE_...`)."""
-    first = error.errors()[0]
-    name = "MARKETPLACE_" + "_".join(str(part) for part in first["loc"]).upper()
-    return f"invalid setting {name}: {first['msg']}"
-
-
-def load_settings() -> Settings:
-    from pydantic import ValidationError
-
-    from marketplace.config import Settings
-
-    try:
-        return Settings()
-    except ValidationError as error:
-        _fail(settings_problem(error))
-
-
-def _run(action: Callable[[Settings], Coroutine[Any, Any, T]]) -> T:
-    """Run one async action with the configured settings; any failure is a one-line error and exit 1."""
-    from marketplace.db import DatabaseUrlError, masked_url
-    from marketplace.fixtures.loader import FixtureError
-
-    settings = load_settings()
-    try:
-        return asyncio.run(action(settings))
-    except (DatabaseUrlError, FixtureError, SchemaMissing, ImportFailed) as error:
-        _fail(str(error))
-    except OSError as error:
-        _fail(f"cannot reach the database: {masked_url(str(error))}")
-    except Exception as error:  # the command line answers with one line, not a traceback
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        _fail(masked_url(first_line))
-
-
-class SchemaMissing(RuntimeError):
-    pass
-
-
-@click.group(help="The marketplace API service: schema, data and server.")
+@click.group(help="The marketplace API service: schema, data, server and back office.")
 def main() -> None:
     pass
+
+
+for back_office_command in BACK_OFFICE_COMMANDS:
+    main.add_command(back_office_command)
 
 
 async def _migrate(settings: Settings) -> None:
@@ -87,18 +45,8 @@ async def _migrate(settings: Settings) -> None:
 
 @main.command(help="Create or upgrade the database schema (idempotent).")
 def migrate() -> None:
-    _run(_migrate)
+    run_command(_migrate)
     click.echo("schema is up to date")
-
-
-async def _require_schema(settings: Settings) -> None:
-    from marketplace.db import engine_for
-    from marketplace.migrations.runner import current_revision, head_revision
-
-    async with engine_for(settings) as engine:
-        current = await current_revision(engine)
-    if current != head_revision():
-        raise SchemaMissing("the database schema is missing or outdated: run `marketplace migrate` first")
 
 
 def _load(document: Any) -> dict[str, int]:
@@ -106,12 +54,12 @@ def _load(document: Any) -> dict[str, int]:
         from marketplace.db import engine_for
         from marketplace.fixtures.loader import load_document
 
-        await _require_schema(settings)
+        await require_schema(settings)
         async with engine_for(settings) as engine:
             report = await load_document(engine, document)
         return report.counts
 
-    return _run(action)
+    return run_command(action)
 
 
 def _summary(counts: dict[str, int]) -> str:
@@ -127,9 +75,9 @@ def load(file: str) -> None:
         raw = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
         document = parse_document_text(raw)
     except (OSError, UnicodeDecodeError) as error:
-        _fail(f"cannot read {file}: {error}")
+        fail(f"cannot read {file}: {error}")
     except FixtureError as error:
-        _fail(str(error))
+        fail(str(error))
     counts = _load(document)
     click.echo(f"loaded {_summary(counts)}")
 
@@ -140,13 +88,13 @@ def demo() -> None:
 
     demo_storage = Path(__file__).resolve().parent / "fixtures" / "demo_storage"
 
-    _run(_migrate)
+    run_command(_migrate)
     counts = _load(DEMO_CATALOGUE)
     storage = Path(load_settings().storage_dir)
     try:
         shutil.copytree(demo_storage, storage, dirs_exist_ok=True)
     except OSError as error:
-        _fail(f"cannot copy the demo files into {storage}: {error}")
+        fail(f"cannot copy the demo files into {storage}: {error}")
     click.echo(f"demo catalogue loaded: {_summary(counts)}; files in {storage}")
 
 
@@ -259,7 +207,7 @@ def _ready_to_serve() -> ServeReady:
     settings = load_settings()
     if settings.ssl_certfile and settings.ssl_keyfile:
         _check_key_pair(settings.ssl_certfile, settings.ssl_keyfile)
-    _run(_require_schema)
+    run_command(require_schema)
     return ServeReady(settings.log_format, settings.log_level, settings.ssl_certfile, settings.ssl_keyfile)
 
 
@@ -269,7 +217,7 @@ def _check_key_pair(certfile: str, keyfile: str) -> None:
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
     except (OSError, ssl.SSLError) as error:
-        _fail(f"cannot serve HTTPS with {certfile} and {keyfile}: {error}")
+        fail(f"cannot serve HTTPS with {certfile} and {keyfile}: {error}")
 
 
 def _ready_to_serve_in_a_child() -> ServeReady:
@@ -347,11 +295,11 @@ def import_earlier(source: str, tables: tuple[str, ...], dry_run: bool) -> None:
     async def action(settings: Settings) -> list[str]:
         from marketplace.db import engine_for
 
-        await _require_schema(settings)
+        await require_schema(settings)
         try:
             earlier = EarlierDatabase(source, parse_table_overrides(tables))
         except SourceError as error:
-            raise ImportFailed(str(error)) from None
+            raise CommandRefused(str(error)) from None
         try:
             async with engine_for(settings) as engine:
                 report = await EarlierImport(earlier, progress).run(engine, dry_run=dry_run)
@@ -359,12 +307,8 @@ def import_earlier(source: str, tables: tuple[str, ...], dry_run: bool) -> None:
             earlier.close()
         return report.lines()
 
-    for line in _run(action):
+    for line in run_command(action):
         click.echo(line)
-
-
-class ImportFailed(RuntimeError):
-    pass
 
 
 if __name__ == "__main__":

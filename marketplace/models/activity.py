@@ -1,4 +1,5 @@
-"""Activity log: what was done to whom, through which route, from which (hashed) address."""
+"""Activity log: what was done to whom, through which route or by which operator, from which
+(hashed) address; for the back office's changes, what the row was before and after."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ class Activity(Base):
     )
     access_id: Mapped[int | None] = mapped_column(ForeignKey("accesses.id", ondelete="SET NULL"))
     via: Mapped[str | None] = mapped_column(String(64))
+    # Who did it, for what an operator does outside the API (`--by`, or the system user).
+    actor: Mapped[str | None] = mapped_column(String(255))
     # HMAC-SHA256 of the client address; the raw address is never stored.
     ip_hash: Mapped[str | None] = mapped_column(String(64))
     properties: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow, index=True, nullable=False)

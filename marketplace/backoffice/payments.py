@@ -1,0 +1,222 @@
+"""Payment transitions made outside the API, and the accesses that follow them.
+
+The transitions, and no other (a refused one writes nothing):
+
+| Action | From | To | Access |
+|---|---|---|---|
+| confirm | pending, unpaid | paid | the buyer's access to the resource, created or reactivated as a purchase |
+| fail | pending | unpaid | |
+| refund | paid | refunded | the access it paid for is revoked (leaves the access lists and `purchases`) |
+| dispute | paid | disputed | revoked as well: `paid` is the only status that grants access |
+| cancel | pending, unpaid | cancelled | |
+| prune-checkouts | pending, older than a duration | cancelled | |
+
+`cancelled` is final. An invoice (a payment without a resource) changes status only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from marketplace.backoffice.actions import Change, Refused, timestamp
+from marketplace.catalogue.payments import is_ulid
+from marketplace.models import Access, AccessSource, Payment, PaymentStatus, utcnow
+
+PENDING = PaymentStatus.PENDING.value
+PAID = PaymentStatus.PAID.value
+UNPAID = PaymentStatus.UNPAID.value
+
+
+class Transition:
+    """One named payment transition: the statuses it leaves and the one it reaches."""
+
+    def __init__(
+        self, verb: str, event: str, sources: tuple[PaymentStatus, ...], target: PaymentStatus
+    ) -> None:
+        self.verb = verb
+        self.event = event
+        self.sources = tuple(status.value for status in sources)
+        self.target = target.value
+
+
+CONFIRM = Transition(
+    "confirm", "payment.confirmed", (PaymentStatus.PENDING, PaymentStatus.UNPAID), PaymentStatus.PAID
+)
+FAIL = Transition("fail", "payment.failed", (PaymentStatus.PENDING,), PaymentStatus.UNPAID)
+REFUND = Transition("refund", "payment.refunded", (PaymentStatus.PAID,), PaymentStatus.REFUNDED)
+DISPUTE = Transition("dispute", "payment.disputed", (PaymentStatus.PAID,), PaymentStatus.DISPUTED)
+CANCEL = Transition(
+    "cancel", "payment.cancelled", (PaymentStatus.PENDING, PaymentStatus.UNPAID), PaymentStatus.CANCELLED
+)
+TRANSITIONS = {transition.verb: transition for transition in (CONFIRM, FAIL, REFUND, DISPUTE, CANCEL)}
+
+_DURATION_PART = re.compile(r"(\d{1,9})([smhdw])")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+async def change_payment(session: AsyncSession, uid: str, transition: Transition) -> list[Change]:
+    """Move the payment `uid` through `transition`, with its access; refused from any other status."""
+    payment = await _locked_payment(session, uid)
+    if payment.status not in transition.sources:
+        raise Refused(
+            f"cannot {transition.verb} payment {payment.uid}: it is {payment.status}"
+            f" ({transition.verb} applies to {' or '.join(transition.sources)} payments)"
+        )
+    before = payment.status
+    moved = await session.execute(
+        update(Payment)
+        .where(Payment.id == payment.id, Payment.status == before)
+        .values(status=transition.target, updated_at=utcnow())
+    )
+    if moved.rowcount != 1:  # type: ignore[attr-defined]
+        raise Refused(f"payment {payment.uid} changed meanwhile; run the command again")
+    effects: list[Mapping[str, Any]] = []
+    access_id: int | None = None
+    if transition is CONFIRM:
+        access_id, effect = await _grant_purchase(session, payment)
+        effects += [effect] if effect else []
+    elif transition in (REFUND, DISPUTE):
+        access_id, effect = await _revoke_purchase(session, payment)
+        effects += [effect] if effect else []
+    summary = f"payment {payment.uid}: {before} -> {transition.target}"
+    for effect in effects:
+        summary += f"; access {effect['access']} {effect['change']}"
+    return [
+        Change(
+            event=transition.event,
+            summary=summary,
+            subject={"payment": payment.uid},
+            before={"status": before},
+            after={"status": transition.target},
+            user_id=payment.buyer_id,
+            resource_id=payment.resource_id,
+            access_id=access_id,
+            effects=effects,
+        )
+    ]
+
+
+async def prune_checkouts(session: AsyncSession, older_than: timedelta) -> list[Change]:
+    """Cancel every `pending` payment created more than `older_than` ago (abandoned checkouts)."""
+    cutoff = utcnow() - older_than
+    abandoned = (
+        await session.scalars(
+            select(Payment)
+            .where(Payment.status == PENDING, Payment.created_at < cutoff)
+            .order_by(Payment.id)
+            .with_for_update()
+        )
+    ).all()
+    changes = []
+    for payment in abandoned:
+        await session.execute(
+            update(Payment).where(Payment.id == payment.id).values(status=CANCEL.target, updated_at=utcnow())
+        )
+        changes.append(
+            Change(
+                event="payment.cancelled",
+                summary=f"payment {payment.uid}: pending -> cancelled (checkout of {timestamp(payment.created_at)})",
+                subject={"payment": payment.uid},
+                before={"status": PENDING},
+                after={"status": CANCEL.target},
+                user_id=payment.buyer_id,
+                resource_id=payment.resource_id,
+            )
+        )
+    return changes
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90m`, `48h`, `7d`, `2w`, or a sum such as `1d12h`; more than zero."""
+    compact = text.strip().lower()
+    parts = _DURATION_PART.findall(compact)
+    if not compact or "".join(number + unit for number, unit in parts) != compact:
+        raise Refused(f"invalid duration {text!r}: use a number and a unit (s, m, h, d, w), e.g. 48h or 7d")
+    seconds = sum(int(number) * _DURATION_UNITS[unit] for number, unit in parts)
+    if seconds <= 0:
+        raise Refused(f"invalid duration {text!r}: it must be longer than zero")
+    return timedelta(seconds=seconds)
+
+
+async def _locked_payment(session: AsyncSession, uid: str) -> Payment:
+    reference = uid.strip().upper()
+    payment = None
+    if is_ulid(reference):
+        payment = await session.scalar(select(Payment).where(Payment.uid == reference).with_for_update())
+    if payment is None:
+        raise Refused(f"no payment {uid!r}")
+    return payment
+
+
+async def _grant_purchase(
+    session: AsyncSession, payment: Payment
+) -> tuple[int | None, Mapping[str, Any] | None]:
+    """The buyer's access to the paid resource, as a purchase backed by this payment."""
+    if payment.resource_id is None or payment.buyer_id is None:
+        return None, None
+    access = await session.scalar(
+        select(Access)
+        .where(Access.user_id == payment.buyer_id, Access.resource_id == payment.resource_id)
+        .with_for_update()
+    )
+    now = utcnow()
+    after = {"source": AccessSource.PURCHASE.value, "payment_id": payment.id, "revoked": False}
+    if access is None:
+        access = Access(
+            user_id=payment.buyer_id,
+            resource_id=payment.resource_id,
+            created_at=now,
+            updated_at=now,
+            **after,
+        )
+        session.add(access)
+        await session.flush()
+        return access.id, {"access": access.id, "change": "granted", "before": None, "after": after}
+    before = _access_fields(access)
+    await session.execute(update(Access).where(Access.id == access.id).values(updated_at=now, **after))
+    change = "reactivated" if access.revoked else "now backed by this payment"
+    return access.id, {"access": access.id, "change": change, "before": before, "after": after}
+
+
+async def _revoke_purchase(
+    session: AsyncSession, payment: Payment
+) -> tuple[int | None, Mapping[str, Any] | None]:
+    """Revoke the access this payment paid for (or, for imported rows, the buyer's unlinked purchase)."""
+    if payment.resource_id is None:
+        return None, None
+    backed_by_it = Access.payment_id == payment.id
+    unlinked_purchase = (
+        (Access.user_id == payment.buyer_id)
+        & (Access.resource_id == payment.resource_id)
+        & (Access.source == AccessSource.PURCHASE.value)
+        & Access.payment_id.is_(None)
+    )
+    access = await session.scalar(
+        select(Access)
+        .where(or_(backed_by_it, unlinked_purchase), Access.revoked.is_(False))
+        .order_by(Access.payment_id.is_(None), Access.id)
+        .limit(1)
+        .with_for_update()
+    )
+    if access is None:
+        return None, None
+    before = _access_fields(access)
+    await session.execute(
+        update(Access).where(Access.id == access.id).values(revoked=True, updated_at=utcnow())
+    )
+    return access.id, {
+        "access": access.id,
+        "change": "revoked",
+        "before": before,
+        "after": {**before, "revoked": True},
+    }
+
+
+def _access_fields(access: Access) -> dict[str, Any]:
+    return {"source": access.source, "payment_id": access.payment_id, "revoked": access.revoked}
