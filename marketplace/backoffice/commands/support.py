@@ -1,12 +1,12 @@
-"""The back office: `marketplace` subcommands for what happens outside the API.
+"""What every back-office command shares: who the operator is, one logged transaction, the report.
 
 Every command that changes data runs one action (`actions.perform`): one transaction, an
 activity-log entry per change under the operator's name (`--by`, else the system user), a line
 per change on standard output (`--json`: a JSON object per line). A refusal is one line on
 standard error and exit 1, with nothing written.
 
-Imports stay light (click only): `marketplace/cli.py` registers these groups in every process
-that runs the command, the supervisor of `serve` included.
+Imports stay light (click only): `marketplace/cli.py` registers the commands in every process
+that runs `marketplace`, the supervisor of `serve` included.
 """
 
 from __future__ import annotations
@@ -84,52 +84,3 @@ def one_change(
         return [await make(session)]
 
     return action
-
-
-# --- payments ---------------------------------------------------------------------------------
-
-
-@click.group(help="Payments: confirm, fail, refund, dispute, cancel, prune abandoned checkouts.")
-def payments() -> None:
-    pass
-
-
-def _payment_transition(verb: str, help_text: str) -> None:
-    @payments.command(verb, help=help_text)
-    @click.argument("uid")
-    @operator_options
-    def command(uid: str, by: str | None, as_json: bool) -> None:
-        from marketplace.backoffice.payments import TRANSITIONS, change_payment
-
-        async def action(session: AsyncSession) -> list[Change]:
-            return await change_payment(session, uid, TRANSITIONS[verb])
-
-        perform_and_report(action, by=by, as_json=as_json, via=f"marketplace payments {verb}")
-
-
-_payment_transition("confirm", "pending or unpaid -> paid; grants the buyer's access as a purchase.")
-_payment_transition("fail", "pending -> unpaid (the charge failed or was refused).")
-_payment_transition("refund", "paid -> refunded; revokes the access it paid for.")
-_payment_transition("dispute", "paid -> disputed; revokes the access it paid for.")
-_payment_transition("cancel", "pending or unpaid -> cancelled (final).")
-
-
-@payments.command("prune-checkouts", help="Cancel pending payments older than DURATION (e.g. 48h, 7d).")
-@click.option("--older-than", required=True, metavar="DURATION", help="s, m, h, d or w; e.g. 48h, 7d, 1d12h.")
-@operator_options
-def prune_checkouts(older_than: str, by: str | None, as_json: bool) -> None:
-    from marketplace.backoffice import payments as payment_actions
-    from marketplace.backoffice.actions import Refused
-
-    try:
-        age = payment_actions.parse_duration(older_than)
-    except Refused as refusal:
-        fail(f"--older-than: {refusal}")
-
-    async def action(session: AsyncSession) -> list[Change]:
-        return await payment_actions.prune_checkouts(session, age)
-
-    perform_and_report(action, by=by, as_json=as_json, via="marketplace payments prune-checkouts")
-
-
-BACK_OFFICE_COMMANDS: tuple[click.Command, ...] = (payments,)
