@@ -13,7 +13,7 @@ import re
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from marketplace.api.v1 import GROUP_LIMITS, PREFIX, ROUTES
+from marketplace.api.v1 import GROUP_LIMITS, PREFIX, route_table
 from marketplace.config import Settings
 from marketplace.health import HealthCheck
 from marketplace.http.edge import HttpEdge
@@ -40,10 +40,11 @@ class MarketplaceApp:
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.api_v1 = ApiRouter(PREFIX, ROUTES, GROUP_LIMITS, services)
+        names = services.settings.platform_names
+        self.api_v1 = ApiRouter(PREFIX, route_table(names), GROUP_LIMITS, services)
         self.storage = StorageFiles(services.settings.storage_dir)
         self.health = HealthCheck(services)
-        self.reference = ApiReference()
+        self.reference = ApiReference(names)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

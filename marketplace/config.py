@@ -9,6 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from marketplace.http.client_ip import TrustedProxies
+from marketplace.platform_names import CONTRACT_CHAT, CONTRACT_STATS, PlatformNames, name_problem
 
 
 class Settings(BaseSettings):
@@ -29,6 +30,10 @@ class Settings(BaseSettings):
     stats_page_url: str = "https://bstats.org/plugin"
     storage_dir: str = "./storage"
     chat_grant_secret: str | None = None
+    # The words that stand for the chat platform's and the statistics service's names in paths,
+    # keys, route names and messages (platform_names.py).
+    chat_name: str = CONTRACT_CHAT
+    stats_name: str = Field(default=CONTRACT_STATS, validate_default=True)
     # Key of the HMAC that hashes client addresses in the activity log; set it in production so that
     # every worker hashes alike. Unset, each process draws a random key at start-up.
     app_key: str | None = None
@@ -77,6 +82,22 @@ class Settings(BaseSettings):
             raise ValueError("read replicas are PostgreSQL URLs (postgresql://...)")
         return value
 
+    @field_validator("chat_name")
+    @classmethod
+    def _usable_chat_name(cls, value: str) -> str:
+        problem = name_problem(value, other="")
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("stats_name")
+    @classmethod
+    def _usable_stats_name(cls, value: str, info: ValidationInfo) -> str:
+        problem = name_problem(value, other=str(info.data.get("chat_name", "")))
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @field_validator("ssl_keyfile")
     @classmethod
     def _key_with_its_certificate(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -93,6 +114,10 @@ class Settings(BaseSettings):
     def public_base_url(self) -> str:
         """`{base_url}` without a trailing slash, as absolute URLs are built from it."""
         return self.base_url.rstrip("/")
+
+    @cached_property
+    def platform_names(self) -> PlatformNames:
+        return PlatformNames(self.chat_name, self.stats_name)
 
     @cached_property
     def read_urls(self) -> tuple[str, ...]:

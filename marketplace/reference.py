@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from marketplace.api.v1 import PREFIX, ROUTES
 from marketplace.api.v1.openapi import openapi_document
+from marketplace.platform_names import PlatformNames
 
 DOCUMENT_PATH = "/openapi.json"
 PAGE_PATH = "/docs"
@@ -68,13 +69,13 @@ def swagger_ui_folder() -> Path:
 
 
 @functools.cache
-def encoded_document() -> bytes:
-    return json.dumps(openapi_document(ROUTES, PREFIX), separators=(",", ":")).encode("utf-8")
+def encoded_document(names: PlatformNames) -> bytes:
+    return json.dumps(openapi_document(ROUTES, PREFIX, names), separators=(",", ":")).encode("utf-8")
 
 
 class ApiReference:
-    def __init__(self) -> None:
-        self.document = encoded_document()
+    def __init__(self, names: PlatformNames) -> None:
+        self.document = encoded_document(names)
         self.assets = swagger_ui_folder()
 
     def handles(self, path: str) -> bool:

@@ -17,8 +17,10 @@ from marketplace.config import Settings
 from marketplace.db import create_engine
 from marketplace.fixtures.loader import load_document
 from marketplace.migrations.runner import upgrade_to_head
+from marketplace.platform_names import PlatformNames
 from marketplace.services import Services, build_services
 from tests.catalogue import catalogue
+from tests.platform_names import RENAMED, ContractWordsTransport
 from tests.profiles import POSTGRES_ADMIN_URL, REDIS_URL, postgres_admin, require_service, unique_name
 from tests.upstream import FakeUpstream
 
@@ -103,8 +105,27 @@ def upstream(shared_upstream: FakeUpstream) -> FakeUpstream:
     return shared_upstream
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "platform_names" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "contract_and_renamed"
+    ):
+        metafunc.parametrize("platform_names", ["contract", "renamed"], indirect=True)
+
+
 @pytest.fixture
-def settings(database_url: str, redis_url: str | None, upstream: FakeUpstream, tmp_path: Path) -> Settings:
+def platform_names(request: pytest.FixtureRequest) -> PlatformNames:
+    """The contract's words, unless a test is parametrized with `renamed` (tests/platform_names.py)."""
+    return RENAMED if getattr(request, "param", "contract") == "renamed" else PlatformNames()
+
+
+@pytest.fixture
+def settings(
+    database_url: str,
+    redis_url: str | None,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+    platform_names: PlatformNames,
+) -> Settings:
     return Settings(
         _env_file=None,  # type: ignore[call-arg]
         database_url=database_url,
@@ -116,6 +137,8 @@ def settings(database_url: str, redis_url: str | None, upstream: FakeUpstream, t
         stats_page_url="https://stats.example/plugin",
         storage_dir=str(tmp_path / "storage"),
         chat_grant_secret=GRANT_SECRET,
+        chat_name=platform_names.chat,
+        stats_name=platform_names.stats,
         app_key="test-key",
         upstream_timeout_seconds=5.0,
     )
@@ -160,5 +183,11 @@ async def empty_client(services: Services) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def make_client(services: Services, client_ip: str = "127.0.0.1") -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=build_app(services=services), client=(client_ip, 50000))
+    """A client of the app that speaks the contract's words whatever the configured platform names."""
+    transport: httpx.AsyncBaseTransport = httpx.ASGITransport(
+        app=build_app(services=services), client=(client_ip, 50000)
+    )
+    names = services.settings.platform_names
+    if not names.are_the_contracts:
+        transport = ContractWordsTransport(transport, names)
     return httpx.AsyncClient(transport=transport, base_url="http://marketplace.test")

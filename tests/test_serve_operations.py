@@ -4,6 +4,8 @@ over several worker processes."""
 from __future__ import annotations
 
 import json
+import ssl
+import subprocess
 import time
 from pathlib import Path
 
@@ -12,7 +14,17 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from marketplace.config import Settings
-from tests.live import environment, load_catalogue, running_service, standalone_settings
+from tests.catalogue import MEMBER_CHAT_ID, OWNER_CHAT_ID
+from tests.conftest import GRANT_SECRET
+from tests.live import (
+    MARKETPLACE,
+    environment,
+    free_port,
+    load_catalogue,
+    running_service,
+    standalone_settings,
+    stop,
+)
 
 
 @pytest.fixture
@@ -74,9 +86,6 @@ def test_serve_log_level_warning_leaves_out_the_access_log(
 
 
 def test_an_invalid_setting_is_one_line_naming_it(operator_settings: Settings, tmp_path: Path) -> None:
-    import subprocess
-
-    from tests.live import MARKETPLACE
 
     env = environment(operator_settings, MARKETPLACE_TRUSTED_PROXIES="10.0.0.0/40")
     result = subprocess.run(
@@ -148,7 +157,6 @@ def test_several_workers_refuse_to_start_on_an_invalid_setting_with_one_line(
 def key_pair(tmp_path: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key (PEM), made by the openssl command."""
     import shutil
-    import subprocess
 
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is not installed (it makes the test certificate)")
@@ -179,18 +187,11 @@ def key_pair(tmp_path: Path) -> tuple[Path, Path]:
     return certificate, key
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_serve_answers_over_https_with_the_given_certificate_and_key(
-    operator_settings: Settings, tmp_path: Path, key_pair: tuple[Path, Path], workers: str
-) -> None:
-    import ssl
-    import subprocess
-
-    from tests.live import MARKETPLACE, free_port, stop
-
-    certificate, key = key_pair
-    port = free_port()
-    process = subprocess.Popen(
+def serve_https(
+    env: dict[str, str], workdir: Path, port: int, certificate: Path, key: Path, workers: str = "1"
+) -> subprocess.Popen[bytes]:
+    """`marketplace serve` over HTTPS with the key pair, on `port`."""
+    return subprocess.Popen(
         [
             MARKETPLACE,
             "serve",
@@ -203,29 +204,78 @@ def test_serve_answers_over_https_with_the_given_certificate_and_key(
             "--ssl-keyfile",
             str(key),
         ],
-        env=environment(operator_settings),
-        cwd=tmp_path,
+        env=env,
+        cwd=workdir,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def wait_for_https(client: httpx.Client) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.get("/up")
+            return
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_answers_over_https_with_the_given_certificate_and_key(
+    operator_settings: Settings, tmp_path: Path, key_pair: tuple[Path, Path], workers: str
+) -> None:
+    certificate, key = key_pair
+    port = free_port()
+    process = serve_https(environment(operator_settings), tmp_path, port, certificate, key, workers)
     trusted = ssl.create_default_context(cafile=str(certificate))
     try:
         with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=trusted, timeout=2.0) as client:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    answer = client.get("/api/v1/resource/version/1")
-                    break
-                except httpx.TransportError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            wait_for_https(client)
+            answer = client.get("/api/v1/resource/version/1")
             assert answer.status_code == 200
             assert answer.headers["x-service-api-version"] == "1"
             with pytest.raises(httpx.TransportError):
                 httpx.get(f"http://127.0.0.1:{port}/up", timeout=2.0).raise_for_status()
     finally:
         stop(process)
+
+
+def test_the_bot_reaches_its_platforms_paths_over_https_when_the_names_are_configured(
+    operator_settings: Settings, tmp_path: Path, key_pair: tuple[Path, Path]
+) -> None:
+    certificate, key = key_pair
+    env = environment(operator_settings, MARKETPLACE_CHAT_NAME="discord", MARKETPLACE_STATS_NAME="bstats")
+    trusted = ssl.create_default_context(cafile=str(certificate))
+    port = free_port()
+    process = serve_https(env, tmp_path, port, certificate, key)
+    try:
+        with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=trusted, timeout=5.0) as bot:
+            wait_for_https(bot)
+            member = bot.post(f"/api/v1/discord/{MEMBER_CHAT_ID}")
+            assert member.status_code == 200
+            assert member.json()["user"]["name"] == "bob"
+            granted = bot.post(
+                f"/api/v1/discord/{MEMBER_CHAT_ID}/apply/8", json={"custom_password": GRANT_SECRET}
+            )
+            assert granted.content == b'{"message":"ok"}'
+            owned = bot.post("/api/v1/discord", json={"discord": MEMBER_CHAT_ID}).json()
+            assert 8 in [access["plugin_id"] for access in owned]
+            assert bot.get("/api/v1/author/1").json() == {"id": 1, "discord": OWNER_CHAT_ID, "name": "Alice"}
+            assert bot.get("/api/v1/bstats/3/players").status_code == 404
+            assert bot.post(f"/api/v1/chat/{MEMBER_CHAT_ID}").status_code == 404
+    finally:
+        stop(process)
+
+
+def test_a_platform_name_that_collides_with_a_route_is_refused_at_start_up(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    line = refusal_of_serve(environment(operator_settings, MARKETPLACE_CHAT_NAME="resource"), tmp_path)
+    assert line.startswith("marketplace: invalid setting MARKETPLACE_CHAT_NAME: ")
+    assert "'resource' is already a segment of the API's paths" in line
 
 
 @pytest.mark.parametrize(
@@ -251,10 +301,6 @@ def test_a_certificate_without_a_usable_key_is_refused_in_one_line(
 
 def refusal_of_serve(env: dict[str, str], workdir: Path, *serve_args: str) -> str:
     """The one line `marketplace serve` exits 1 with (it fails the test to start at all)."""
-    import subprocess
-
-    from tests.live import MARKETPLACE
-
     result = subprocess.run(
         [MARKETPLACE, "serve", *serve_args],
         env=env,

@@ -7,11 +7,12 @@ import pytest
 
 from tests.catalogue import OWNER_CHAT_ID
 from tests.conftest import Loader
+from tests.platform_names import contract_and_renamed
 
 NOT_FOUND = b'{"message":"Not found."}'
 
 # The rules below do not depend on the database or the store.
-pytestmark = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
+pytestmark = [pytest.mark.parametrize("profile", ["sqlite"], indirect=True), contract_and_renamed]
 
 
 async def test_author_is_id_chat_name_in_order_with_the_linked_snowflake_as_a_string(

@@ -8,6 +8,7 @@ import httpx
 
 from tests.catalogue import CLOSED_MEMBER_CHAT_ID, DELETED_MEMBER_CHAT_ID, MEMBER_CHAT_ID, OWNER_CHAT_ID
 from tests.conftest import Loader
+from tests.platform_names import contract_and_renamed
 from tests.profiles import sqlite_only
 from tests.upstream import FakeUpstream
 
@@ -36,6 +37,8 @@ CARLA_ACCESSES = (
     b'{"id":21,"user_id":10,"plugin_id":7,"payment_id":null,'
     b'"created_at":"2024-03-01T12:00:00.000000Z","updated_at":"2024-03-02T08:30:00.000000Z"}]'
 )
+
+pytestmark = contract_and_renamed
 
 
 # --- 10. GET /chat/authentication ------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 
 from marketplace.config import Settings
 from tests.api.helpers import Clock, catalogue_client
+from tests.platform_names import contract_and_renamed
 from tests.profiles import sqlite_only
 from tests.upstream import FakeUpstream, closed_port_url
 
@@ -30,6 +31,8 @@ SERVER_CARD = (
 # Fault tests wait this long for upstream instead of the production 5 seconds.
 SHORT_TIMEOUT_SECONDS = 0.2
 SLOW_UPSTREAM_SECONDS = 2.0
+
+pytestmark = contract_and_renamed
 
 
 def test_upstream_timeout_defaults_to_5_seconds() -> None:

@@ -23,6 +23,7 @@ from tests.catalogue import (
     OWNER_CHAT_ID,
 )
 from tests.conftest import GRANT_SECRET, Loader
+from tests.platform_names import contract_and_renamed
 from tests.profiles import sqlite_only
 
 OK = b'{"message":"ok"}'
@@ -33,6 +34,8 @@ UNKNOWN_CHAT_ID = "999999999999999999"
 ALICIA_CHAT_ID = "666666666666666666"
 ALICE_ID = 1  # owns nothing; her chat account is OWNER_CHAT_ID
 BOB_ID = 2  # MEMBER_CHAT_ID: purchase access 1 on resource 1, revoked gift access 4 on resource 8
+
+pytestmark = contract_and_renamed
 
 
 def grant_path(chat_id: str, resource: str | int) -> str:
@@ -157,6 +160,11 @@ async def test_a_reactivated_refunded_purchase_is_a_manual_grant_not_a_sale(
     assert await purchases(client, 1) == 1
 
 
+def grant_route_name(services: Services) -> str:
+    """The grant's route name: `api.v1.chat.grant`, with the configured chat platform's name."""
+    return f"api.v1.{services.settings.chat_name}.grant"
+
+
 async def test_grant_logs_access_granted_via_the_route_with_a_keyed_hash_of_the_client_ip(
     client: httpx.AsyncClient, services: Services, settings: Settings
 ) -> None:
@@ -171,7 +179,7 @@ async def test_grant_logs_access_granted_via_the_route_with_a_keyed_hash_of_the_
     [entry] = await activities(services)
     assert (entry.event, entry.via, entry.user_id, entry.resource_id, entry.access_id) == (
         "access.granted",
-        "api.v1.chat.grant",
+        grant_route_name(services),
         ALICE_ID,
         1,
         access.id,
@@ -188,7 +196,7 @@ async def test_grant_logs_each_reactivation(client: httpx.AsyncClient, services:
     [entry] = await activities(services)
     assert (entry.event, entry.via, entry.user_id, entry.resource_id, entry.access_id) == (
         "access.granted",
-        "api.v1.chat.grant",
+        grant_route_name(services),
         BOB_ID,
         8,
         4,

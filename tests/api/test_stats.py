@@ -10,6 +10,7 @@ import httpx
 from marketplace.config import Settings
 from tests.api.helpers import Clock, catalogue_client
 from tests.conftest import Loader
+from tests.platform_names import contract_and_renamed
 from tests.profiles import sqlite_only
 from tests.upstream import FakeUpstream
 
@@ -38,6 +39,8 @@ NO_STATS_ID = {
 # Fault tests wait this long for upstream instead of the production 5 seconds.
 SHORT_TIMEOUT_SECONDS = 0.2
 SLOW_UPSTREAM_SECONDS = 2.0
+
+pytestmark = contract_and_renamed
 
 
 def chart_answer(value: Any) -> list[list[Any]]:

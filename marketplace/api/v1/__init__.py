@@ -1,12 +1,17 @@
-"""The `/api/v1` route table, in the contract's declaration order (first match wins)."""
+"""The `/api/v1` route table, in the contract's declaration order (first match wins).
+
+Written with the contract's words; `route_table` gives it with the configured platform names.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from marketplace.api.v1 import authors, chat, gifts, licence, payments, resources, stats
 from marketplace.http.limits import Limit, limit_key
 from marketplace.http.routing import ApiRoute
+from marketplace.platform_names import PlatformNames
 
 PREFIX = "/api/v1"
 
@@ -73,3 +78,13 @@ ROUTES = (
     ApiRoute("GET", "/stats/url/{resource}", "api.v1.stats.url", stats.page_url),
     ApiRoute("GET", "/stats/{resource}/{chart}", "api.v1.stats.stats", stats.chart),
 )
+
+
+def route_table(names: PlatformNames) -> tuple[ApiRoute, ...]:
+    """The routes with the configured platform names in their paths and route names."""
+    if names.are_the_contracts:
+        return ROUTES
+    return tuple(
+        dataclasses.replace(route, path=names.rename(route.path), name=names.rename(route.name))
+        for route in ROUTES
+    )

@@ -18,4 +18,6 @@ async def show(call: ApiCall) -> Response:
     author = await members.active_author(call.services.reads.reader, user_id)
     if author is None:
         raise NotFound()
-    return JsonAnswer({"id": author.id, "chat": author.chat, "name": author.name})
+    # `chat` is the contract's word for the chat platform's name (MARKETPLACE_CHAT_NAME).
+    chat_key = call.services.settings.chat_name
+    return JsonAnswer({"id": author.id, chat_key: author.chat, "name": author.name})

@@ -21,14 +21,16 @@ CHAT_SERVER_TTL_SECONDS = 600
 
 async def authentication(call: ApiCall) -> Response:
     # `code` and `state` of the older callback are dropped: the website runs the sign-in flow now.
-    location = f"{call.services.settings.public_base_url}/auth/chat/redirect"
+    settings = call.services.settings
+    location = f"{settings.public_base_url}/auth/{settings.chat_name}/redirect"
     return Response(status_code=302, headers={"Location": location, "Cache-Control": "no-cache, private"})
 
 
 async def member_accesses(call: ApiCall) -> Response:
-    chat_id = (await call.input()).get("chat")
+    settings = call.services.settings
+    chat_id = (await call.input()).get(settings.chat_name)
     if not isinstance(chat_id, str):
-        raise ApiError(400, "Chat not found")
+        raise ApiError(400, settings.platform_names.rename("Chat not found"))
     async with call.services.sessions() as session:
         member = await members.member_by_chat_id(session, chat_id)
         if member is None:

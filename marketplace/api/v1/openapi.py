@@ -13,6 +13,7 @@ from typing import Any
 
 from marketplace.http.body import TIMEOUT_MESSAGE, TOO_LARGE_MESSAGE
 from marketplace.http.routing import ApiRoute
+from marketplace.platform_names import PlatformNames
 
 JSON = "application/json"
 TEXT = "text/plain"
@@ -599,12 +600,14 @@ keys, their order, statuses, content types and escaped bytes do not change.
 """
 
 
-def openapi_document(routes: Sequence[ApiRoute], prefix: str) -> dict[str, Any]:
-    """The document of the given route table; every route must have its operation and vice versa."""
-    names = {route.name for route in routes}
-    if names != set(OPERATIONS):
-        missing = sorted(names - set(OPERATIONS))
-        unknown = sorted(set(OPERATIONS) - names)
+def openapi_document(routes: Sequence[ApiRoute], prefix: str, names: PlatformNames) -> dict[str, Any]:
+    """The document of the given route table (in the contract's words), with the configured platform
+    names wherever the contract writes `chat` and `stats`; every route must have its operation and
+    vice versa."""
+    route_names = {route.name for route in routes}
+    if route_names != set(OPERATIONS):
+        missing = sorted(route_names - set(OPERATIONS))
+        unknown = sorted(set(OPERATIONS) - route_names)
         raise RuntimeError(
             f"OpenAPI operations out of step with the routes: missing {missing}, unknown {unknown}"
         )
@@ -621,10 +624,22 @@ def openapi_document(routes: Sequence[ApiRoute], prefix: str) -> dict[str, Any]:
                 "tags": tags,
                 **_head_of(OPERATIONS[route.name]),
             }
-    return {
+    document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "Marketplace API", "version": "1", "description": DESCRIPTION},
         "servers": [{"url": prefix}],
         "paths": paths,
         "components": {"schemas": SCHEMAS, "headers": HEADERS, "responses": RESPONSES},
     }
+    return {names.rename(key): _renamed(item, names) for key, item in document.items()}
+
+
+def _renamed(value: Any, names: PlatformNames) -> Any:
+    """Every key and text of the document with the configured platform names."""
+    if isinstance(value, str):
+        return names.rename(value)
+    if isinstance(value, dict):
+        return {names.rename(key): _renamed(item, names) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_renamed(item, names) for item in value]
+    return value
