@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from marketplace.backoffice.commands.gifts import gifts
 from marketplace.backoffice.commands.payments import payments
+from marketplace.backoffice.commands.resources import resources
 
-BACK_OFFICE_COMMANDS: tuple[click.Command, ...] = (payments,)
+BACK_OFFICE_COMMANDS: tuple[click.Command, ...] = (payments, resources, gifts)

@@ -1,0 +1,180 @@
+"""Gift codes issued outside the API: creating one, enabling and disabling it.
+
+| Action | Changes | Refused when |
+|---|---|---|
+| create | a new gift code | code invalid or taken (codes ignore case); percentage not 1..100; a time not ISO 8601 or the expiry not after the start; quota below 1; resource or seller unknown, seller deleted, resource of another seller |
+| enable | `enabled` true | unknown code; already enabled |
+| disable | `enabled` false | unknown code; already disabled |
+
+A code is found as the API finds it (`GET /gift/{code}`): without regard to case. A code restricted
+to a resource belongs to that resource's author unless a seller is named.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from marketplace.backoffice.actions import Change, Refused, timestamp
+from marketplace.backoffice.resources import locked_resource
+from marketplace.catalogue.gifts import CODE_LENGTH
+from marketplace.catalogue.members import storable
+from marketplace.catalogue.resources import MAX_ID
+from marketplace.models import Gift, User
+
+# The API trims what it receives and reads the code from one path segment: a code with spaces at
+# either end, a `/` or a control character could never be checked.
+_CODE = re.compile(rf"^(?=\S)[^/\x00-\x1f\x7f]{{1,{CODE_LENGTH}}}(?<=\S)$")
+_COUNT = re.compile(r"^[0-9]{1,9}$")
+
+
+@dataclass(frozen=True)
+class NewGift:
+    """A gift code to create, as the operator gives it (text, checked by `create_gift`)."""
+
+    code: str
+    percentage: str
+    starts_at: str | None = None
+    expires_at: str | None = None
+    quota: str | None = None
+    resource: str | None = None
+    seller: str | None = None
+    enabled: bool = True
+
+
+async def create_gift(session: AsyncSession, new: NewGift) -> Change:
+    """Issue a gift code; it applies to one resource, to every resource of a seller, or to all."""
+    code = new.code
+    if not _CODE.match(code):
+        raise Refused(
+            f"invalid gift code {code!r}: 1 to {CODE_LENGTH} characters,"
+            " no space at either end, no '/' or control character"
+        )
+    percentage = _whole_number(new.percentage)
+    if percentage is None or not 1 <= percentage <= 100:
+        raise Refused(f"invalid percentage {new.percentage!r}: a whole number from 1 to 100")
+    starts_at = parse_time(new.starts_at, "start") if new.starts_at is not None else None
+    expires_at = parse_time(new.expires_at, "expiry") if new.expires_at is not None else None
+    if starts_at is not None and expires_at is not None and expires_at <= starts_at:
+        raise Refused(
+            f"the expiry ({timestamp(expires_at)}) must be after the start ({timestamp(starts_at)})"
+        )
+    max_uses = _whole_number(new.quota) if new.quota is not None else None
+    if new.quota is not None and (max_uses is None or max_uses < 1):
+        raise Refused(f"invalid quota {new.quota!r}: a whole number, at least 1 (omit it for no quota)")
+    seller_id = await _seller_id(session, new.seller) if new.seller is not None else None
+    resource_id = None
+    if new.resource is not None:
+        resource = await locked_resource(session, new.resource)
+        if seller_id is not None and resource.user_id != seller_id:
+            raise Refused(
+                f"resource {resource.id} belongs to user {resource.user_id}, not to seller {seller_id}"
+            )
+        resource_id, seller_id = resource.id, resource.user_id
+    # Both foldings: the index's (the database's lower) and the API lookup's (the code lowered first).
+    clash = await session.scalar(
+        select(Gift.code)
+        .where(or_(func.lower(Gift.code) == func.lower(code), func.lower(Gift.code) == code.lower()))
+        .limit(1)
+    )
+    if clash is not None:
+        raise Refused(f"gift code {code!r} is taken: {clash} exists already (codes ignore case)")
+    fields = {
+        "code": code,
+        "percentage": percentage,
+        "enabled": new.enabled,
+        "starts_at": starts_at,
+        "expires_at": expires_at,
+        "max_uses": max_uses,
+        "seller_id": seller_id,
+        "resource_id": resource_id,
+    }
+    gift = Gift(uses=0, **fields)
+    session.add(gift)
+    try:
+        await session.flush()
+    except IntegrityError:
+        raise Refused(f"gift code {code!r} was taken meanwhile (codes ignore case)") from None
+    return Change(
+        event="gift.created",
+        summary=f"gift {code} (id {gift.id}): {percentage}% off {_scope(seller_id, resource_id)}"
+        + ("" if new.enabled else ", disabled"),
+        subject={"gift": code},
+        before=None,
+        after=fields,
+        user_id=seller_id,
+        resource_id=resource_id,
+    )
+
+
+async def set_enabled(session: AsyncSession, code: str, enabled: bool) -> Change:
+    """Enable or disable the gift code (looked up as the API does, without regard to case)."""
+    gift = None
+    if storable(code, CODE_LENGTH):
+        gift = await session.scalar(
+            select(Gift).where(func.lower(Gift.code) == code.lower()).with_for_update()
+        )
+    if gift is None:
+        raise Refused(f"no gift code {code!r}")
+    state = "enabled" if enabled else "disabled"
+    if gift.enabled == enabled:
+        raise Refused(f"gift {gift.code} is already {state}")
+    moved = await session.execute(
+        update(Gift).where(Gift.id == gift.id, Gift.enabled.is_(not enabled)).values(enabled=enabled)
+    )
+    if moved.rowcount != 1:  # type: ignore[attr-defined]
+        raise Refused(f"gift {gift.code} changed meanwhile; run the command again")
+    return Change(
+        event=f"gift.{state}",
+        summary=f"gift {gift.code} (id {gift.id}): {state}",
+        subject={"gift": gift.code},
+        before={"enabled": not enabled},
+        after={"enabled": enabled},
+        user_id=gift.seller_id,
+        resource_id=gift.resource_id,
+    )
+
+
+def parse_time(text: str, what: str) -> datetime:
+    """An ISO 8601 time (`Z`, an offset, none meaning UTC, or a bare date at midnight) as the naive
+    UTC value the columns store, as the fixture loader reads it."""
+    value = text.strip()
+    try:
+        parsed = datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)
+    except ValueError:
+        raise Refused(
+            f"invalid {what} time {text!r}: ISO 8601, e.g. 2025-06-01T12:00:00Z or 2025-06-01"
+        ) from None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed
+
+
+def _whole_number(text: str) -> int | None:
+    value = text.strip()
+    return int(value) if _COUNT.match(value) else None
+
+
+async def _seller_id(session: AsyncSession, reference: str) -> int:
+    user_id = _whole_number(reference)
+    seller = None
+    if user_id is not None and 0 < user_id <= MAX_ID:
+        seller = await session.get(User, user_id)
+    if seller is None:
+        raise Refused(f"no user {reference!r}")
+    if seller.deleted_at is not None:
+        raise Refused(f"user {seller.id} is deleted: a deleted account issues no gift code")
+    return seller.id
+
+
+def _scope(seller_id: int | None, resource_id: int | None) -> str:
+    if resource_id is not None:
+        return f"resource {resource_id}"
+    if seller_id is not None:
+        return f"every resource of user {seller_id}"
+    return "every resource"
