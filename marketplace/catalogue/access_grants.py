@@ -29,31 +29,7 @@ async def grant_access(
 ) -> GrantOutcome:
     """Give the member an active manual access to the resource, logging each grant that changes anything."""
     now = utcnow()
-    insert = dialect_insert(session.get_bind().dialect.name)
-    created = await session.execute(
-        insert(Access)
-        .values(
-            user_id=user_id,
-            resource_id=resource_id,
-            payment_id=None,
-            source=AccessSource.MANUAL.value,
-            revoked=False,
-            created_at=now,
-            updated_at=now,
-        )
-        .on_conflict_do_nothing(index_elements=["user_id", "resource_id"])
-        .returning(Access.id)
-    )
-    access_id = created.scalar_one_or_none()
-    if access_id is None:
-        # A reactivated access is a manual grant: not a sale, whatever it was before.
-        reactivated = await session.execute(
-            update(Access)
-            .where(Access.user_id == user_id, Access.resource_id == resource_id, Access.revoked.is_(True))
-            .values(revoked=False, source=AccessSource.MANUAL.value, payment_id=None, updated_at=now)
-            .returning(Access.id)
-        )
-        access_id = reactivated.scalar_one_or_none()
+    access_id = await activate_manual_access(session, user_id=user_id, resource_id=resource_id)
     if access_id is None:
         await session.rollback()
         return GrantOutcome.ALREADY_OWNED
@@ -71,3 +47,35 @@ async def grant_access(
     )
     await session.commit()
     return GrantOutcome.GRANTED
+
+
+async def activate_manual_access(session: AsyncSession, *, user_id: int, resource_id: int) -> int | None:
+    """The grant's write, without commit or log: create the access, or reactivate a revoked one, as
+    manual and without a payment; the access id, or None when an active access exists (nothing written)."""
+    now = utcnow()
+    insert = dialect_insert(session.get_bind().dialect.name)
+    created = await session.execute(
+        insert(Access)
+        .values(
+            user_id=user_id,
+            resource_id=resource_id,
+            payment_id=None,
+            source=AccessSource.MANUAL.value,
+            revoked=False,
+            created_at=now,
+            updated_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["user_id", "resource_id"])
+        .returning(Access.id)
+    )
+    access_id: int | None = created.scalar_one_or_none()
+    if access_id is None:
+        # A reactivated access is a manual grant: not a sale, whatever it was before.
+        reactivated = await session.execute(
+            update(Access)
+            .where(Access.user_id == user_id, Access.resource_id == resource_id, Access.revoked.is_(True))
+            .values(revoked=False, source=AccessSource.MANUAL.value, payment_id=None, updated_at=now)
+            .returning(Access.id)
+        )
+        access_id = reactivated.scalar_one_or_none()
+    return access_id
