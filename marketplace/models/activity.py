@@ -24,7 +24,7 @@ class Activity(Base):
     access_id: Mapped[int | None] = mapped_column(ForeignKey("accesses.id", ondelete="SET NULL"))
     via: Mapped[str | None] = mapped_column(String(64))
     # Who did it, for what an operator does outside the API (`--by`, or the system user).
-    actor: Mapped[str | None] = mapped_column(String(255))
+    actor: Mapped[str | None] = mapped_column(String(255), index=True)
     # HMAC-SHA256 of the client address; the raw address is never stored.
     ip_hash: Mapped[str | None] = mapped_column(String(64))
     properties: Mapped[dict[str, Any] | None] = mapped_column(JSON)
