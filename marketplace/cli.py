@@ -1,5 +1,5 @@
 """The `marketplace` command: migrate, load, demo, serve, import-earlier, and the back office
-(`marketplace/backoffice/commands.py`).
+(`marketplace/backoffice/commands/`).
 
 Imports stay light here and heavy ones (the settings' validation, the database layer, the
 application) happen inside the commands: the supervisor of `serve --workers N` is this process,

@@ -22,8 +22,10 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from marketplace.backoffice.accesses import access_fields
 from marketplace.backoffice.actions import Change, Refused, timestamp
 from marketplace.catalogue.payments import is_ulid
 from marketplace.models import Access, AccessSource, Payment, PaymentStatus, utcnow
@@ -58,6 +60,7 @@ TRANSITIONS = {transition.verb: transition for transition in (CONFIRM, FAIL, REF
 
 _DURATION_PART = re.compile(r"(\d{1,9})([smhdw])")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_LONGEST_DURATION_DAYS = 36500
 
 
 async def change_payment(session: AsyncSession, uid: str, transition: Transition) -> list[Change]:
@@ -115,9 +118,14 @@ async def prune_checkouts(session: AsyncSession, older_than: timedelta) -> list[
     ).all()
     changes = []
     for payment in abandoned:
-        await session.execute(
-            update(Payment).where(Payment.id == payment.id).values(status=CANCEL.target, updated_at=utcnow())
+        # Conditional: on SQLite the rows were read unlocked, and a checkout paid meanwhile stays paid.
+        moved = await session.execute(
+            update(Payment)
+            .where(Payment.id == payment.id, Payment.status == PENDING)
+            .values(status=CANCEL.target, updated_at=utcnow())
         )
+        if moved.rowcount != 1:  # type: ignore[attr-defined]
+            continue
         changes.append(
             Change(
                 event="payment.cancelled",
@@ -133,7 +141,7 @@ async def prune_checkouts(session: AsyncSession, older_than: timedelta) -> list[
 
 
 def parse_duration(text: str) -> timedelta:
-    """`90m`, `48h`, `7d`, `2w`, or a sum such as `1d12h`; more than zero."""
+    """`90m`, `48h`, `7d`, `2w`, or a sum such as `1d12h`; more than zero, at most 100 years."""
     compact = text.strip().lower()
     parts = _DURATION_PART.findall(compact)
     if not compact or "".join(number + unit for number, unit in parts) != compact:
@@ -141,6 +149,9 @@ def parse_duration(text: str) -> timedelta:
     seconds = sum(int(number) * _DURATION_UNITS[unit] for number, unit in parts)
     if seconds <= 0:
         raise Refused(f"invalid duration {text!r}: it must be longer than zero")
+    # Longer would reach past the first dates a timestamp can hold (and past any checkout).
+    if seconds > _LONGEST_DURATION_DAYS * _DURATION_UNITS["d"]:
+        raise Refused(f"invalid duration {text!r}: it must be at most {_LONGEST_DURATION_DAYS}d (100 years)")
     return timedelta(seconds=seconds)
 
 
@@ -175,12 +186,20 @@ async def _grant_purchase(
             updated_at=now,
             **after,
         )
-        session.add(access)
-        await session.flush()
+        try:
+            async with session.begin_nested():
+                session.add(access)
+        except IntegrityError:
+            # Another payment of the same buyer and resource, confirmed at the same moment.
+            raise Refused(
+                f"the access of user {payment.buyer_id} to resource {payment.resource_id} was created"
+                " meanwhile; run the command again"
+            ) from None
         return access.id, {"access": access.id, "change": "granted", "before": None, "after": after}
-    before = _access_fields(access)
-    await session.execute(update(Access).where(Access.id == access.id).values(updated_at=now, **after))
+    before = access_fields(access)
+    # Read before the UPDATE, which refreshes the loaded row.
     change = "reactivated" if access.revoked else "now backed by this payment"
+    await session.execute(update(Access).where(Access.id == access.id).values(updated_at=now, **after))
     return access.id, {"access": access.id, "change": change, "before": before, "after": after}
 
 
@@ -206,7 +225,7 @@ async def _revoke_purchase(
     )
     if access is None:
         return None, None
-    before = _access_fields(access)
+    before = access_fields(access)
     await session.execute(
         update(Access).where(Access.id == access.id).values(revoked=True, updated_at=utcnow())
     )
@@ -216,7 +235,3 @@ async def _revoke_purchase(
         "before": before,
         "after": {**before, "revoked": True},
     }
-
-
-def _access_fields(access: Access) -> dict[str, Any]:
-    return {"source": access.source, "payment_id": access.payment_id, "revoked": access.revoked}

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.backoffice.commands.support import system_user
 from marketplace.models import Activity
+from tests.backoffice.api_reads import access_to, purchases
 from tests.backoffice.conftest import BackOffice
 from tests.catalogue import MEMBER_CHAT_ID
 from tests.conftest import GRANT_SECRET, Loader
@@ -18,30 +19,6 @@ MANUAL = {"source": "manual", "payment_id": None, "revoked": False}
 # Access 5 is the first one the tests create (the catalogue holds 1 to 4).
 NEW_ACCESS_ID = 5
 ALICIA_CHAT_ID = "666666666666666666"
-
-
-async def member_accesses(api: httpx.AsyncClient, chat_id: str = MEMBER_CHAT_ID) -> list[dict[str, Any]]:
-    """The member's active accesses by both chat routes, which must agree."""
-    listed = await api.post("/api/v1/chat", json={"chat": chat_id})
-    member = await api.post(f"/api/v1/chat/{chat_id}")
-    assert (listed.status_code, member.status_code) == (200, 200)
-    plugins: list[dict[str, Any]] = member.json()["plugins"]
-    assert listed.json() == plugins
-    return plugins
-
-
-async def access_to(
-    api: httpx.AsyncClient, resource_id: int, chat_id: str = MEMBER_CHAT_ID
-) -> dict[str, Any] | None:
-    found = [access for access in await member_accesses(api, chat_id) if access["plugin_id"] == resource_id]
-    return found[0] if found else None
-
-
-async def purchases(api: httpx.AsyncClient, resource_id: int) -> int:
-    answer = await api.get(f"/api/v1/resource/{resource_id}")
-    assert answer.status_code == 200
-    count: int = answer.json()["purchases"]
-    return count
 
 
 async def logged(engine: AsyncEngine) -> list[tuple[Any, ...]]:
@@ -63,7 +40,7 @@ async def logged(engine: AsyncEngine) -> list[tuple[Any, ...]]:
 async def test_grant_creates_a_manual_access_that_the_chat_bot_lists(
     back_office: BackOffice, api: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
-    assert await access_to(api, 2) is None
+    assert await access_to(api, 2, MEMBER_CHAT_ID) is None
 
     result = await back_office.ok("accesses", "grant", "2", "2", "--by", "alice", "--json")
 
@@ -75,7 +52,7 @@ async def test_grant_creates_a_manual_access_that_the_chat_bot_lists(
     assert (
         change["summary"] == f"access {NEW_ACCESS_ID}: resource 2 (Unlisted Utility) granted to user 2 (bob)"
     )
-    access = await access_to(api, 2)
+    access = await access_to(api, 2, MEMBER_CHAT_ID)
     assert access is not None
     assert (access["id"], access["user_id"], access["payment_id"]) == (NEW_ACCESS_ID, 2, None)
     # A manual grant is not a sale.
@@ -99,12 +76,12 @@ async def test_grant_reactivates_a_revoked_access_as_a_manual_one_printing_what_
     back_office: BackOffice, api: httpx.AsyncClient
 ) -> None:
     # Access 4: the member's gift access to resource 8, revoked.
-    assert await access_to(api, 8) is None
+    assert await access_to(api, 8, MEMBER_CHAT_ID) is None
 
     result = await back_office.ok("accesses", "grant", "2", "8")
 
     assert result.lines == ["access 4: resource 8 (Half Price) reactivated to user 2 (bob)"]
-    access = await access_to(api, 8)
+    access = await access_to(api, 8, MEMBER_CHAT_ID)
     assert access is not None
     assert (access["id"], access["payment_id"]) == (4, None)
 
@@ -152,7 +129,7 @@ async def test_grant_refuses_an_unknown_deleted_or_closed_user_an_unknown_or_del
 async def test_revoke_takes_a_purchase_out_of_the_chat_lists_and_of_purchases(
     back_office: BackOffice, api: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
-    assert await access_to(api, 1) is not None
+    assert await access_to(api, 1, MEMBER_CHAT_ID) is not None
     assert await purchases(api, 1) == 1
 
     [change] = (await back_office.ok("accesses", "revoke", "2", "1", "--by", "ops", "--json")).objects
@@ -162,7 +139,7 @@ async def test_revoke_takes_a_purchase_out_of_the_chat_lists_and_of_purchases(
     assert change["subject"] == {"access": 1, "user": 2, "resource": 1}
     purchase = {"source": "purchase", "payment_id": 1, "revoked": False}
     assert (change["before"], change["after"]) == (purchase, {**purchase, "revoked": True})
-    assert await access_to(api, 1) is None
+    assert await access_to(api, 1, MEMBER_CHAT_ID) is None
     assert await purchases(api, 1) == 0
     assert await logged(engine) == [("access.revoked", "ops", "marketplace accesses revoke", 2, 1, 1)]
 
@@ -173,9 +150,9 @@ async def test_revoke_of_a_manual_access_prints_what_it_did_and_a_grant_brings_i
     result = await back_office.ok("accesses", "revoke", "2", "7")
 
     assert result.lines == ["access 3: resource 7 (Free Chat) revoked from user 2 (bob)"]
-    assert await access_to(api, 7) is None
+    assert await access_to(api, 7, MEMBER_CHAT_ID) is None
     await back_office.ok("accesses", "grant", "2", "7")
-    access = await access_to(api, 7)
+    access = await access_to(api, 7, MEMBER_CHAT_ID)
     assert access is not None and access["id"] == 3
 
 
