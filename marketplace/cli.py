@@ -26,7 +26,34 @@ if TYPE_CHECKING:
     from marketplace.telemetry.logs import LogFormat
 
 
-@click.group(help="The marketplace API service: schema, data, server and back office.")
+# `marketplace` alone shows its help (click 8.2 and later signal it as a usage error).
+_HELP_FOR_NO_ARGUMENTS: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class MarketplaceCommand(click.Group):
+    """The command line, whose every failure is one line on standard error, usage errors included."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            outcome = super().main(*args, **kwargs)
+        except _HELP_FOR_NO_ARGUMENTS as error:
+            click.echo(error.format_message())
+            sys.exit(0)
+        except click.UsageError as error:
+            where = error.ctx.command_path if error.ctx is not None else "marketplace"
+            fail(f"{error.format_message()} (see `{where} --help`)", exit_code=error.exit_code)
+        except click.ClickException as error:
+            fail(error.format_message(), exit_code=error.exit_code)
+        except click.Abort:
+            fail("aborted")
+        # Without standalone mode click returns the exit code of `--help` and the like.
+        sys.exit(outcome if isinstance(outcome, int) else 0)
+
+
+@click.group(
+    cls=MarketplaceCommand, help="The marketplace API service: schema, data, server and back office."
+)
 def main() -> None:
     pass
 

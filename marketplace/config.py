@@ -9,7 +9,13 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from marketplace.http.client_ip import TrustedProxies
-from marketplace.platform_names import CONTRACT_CHAT, CONTRACT_STATS, PlatformNames, name_problem
+from marketplace.platform_names import (
+    AUTHOR_KEYS,
+    CONTRACT_CHAT,
+    CONTRACT_STATS,
+    PlatformNames,
+    name_problem,
+)
 
 
 class Settings(BaseSettings):
@@ -85,7 +91,7 @@ class Settings(BaseSettings):
     @field_validator("chat_name")
     @classmethod
     def _usable_chat_name(cls, value: str) -> str:
-        problem = name_problem(value, other="")
+        problem = name_problem(value, other="", beside_keys=AUTHOR_KEYS)
         if problem:
             raise ValueError(problem)
         return value

@@ -29,9 +29,20 @@ class CommandRefused(RuntimeError):
     """A command that may not do what it was asked: its one-line reason; nothing was written."""
 
 
-def fail(message: str) -> NoReturn:
-    click.echo(f"marketplace: {message}", err=True)
-    sys.exit(1)
+def fail(message: str, *, exit_code: int = 1) -> NoReturn:
+    click.echo(f"marketplace: {one_line(message)}", err=True)
+    sys.exit(exit_code)
+
+
+def one_line(text: str) -> str:
+    """`text` as one line of a terminal: a character that is not printable (a newline or an escape
+    sequence in a stored name, say) is written as its escape."""
+    if text.isprintable():
+        return text
+    return "".join(
+        character if character.isprintable() else character.encode("unicode_escape").decode("ascii")
+        for character in text
+    )
 
 
 def settings_problem(error: ValidationError) -> str:

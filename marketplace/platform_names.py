@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 CONTRACT_CHAT = "chat"
 CONTRACT_STATS = "stats"
 
-_NAME = re.compile(r"^[a-z0-9]{1,32}$")
+_NAME = re.compile(r"[a-z0-9]{1,32}")
 _CONTRACT_WORDS = re.compile(r"\b(chat|Chat|stats|Stats)\b")
 # The literal segments of the other routes' paths (pinned to the route table by a test): a
 # platform named after one of them would read as that route's path, or the other way round.
@@ -28,10 +29,17 @@ ROUTE_WORDS = frozenset(
 )
 
 
-def name_problem(name: str, other: str) -> str | None:
-    """Why `name` cannot stand for a platform beside the other one's `other`, or None."""
-    if not _NAME.match(name):
+# The author object's other keys: the chat platform's name is a key beside them.
+AUTHOR_KEYS = frozenset({"id", "name"})
+
+
+def name_problem(name: str, other: str, *, beside_keys: frozenset[str] = frozenset()) -> str | None:
+    """Why `name` cannot stand for a platform beside the other one's `other` (and, as a JSON key,
+    beside `beside_keys`), or None."""
+    if not _NAME.fullmatch(name):
         return "use 1 to 32 lower-case letters and digits"
+    if name in beside_keys:
+        return f"{name!r} is already a key of the objects that carry it ({', '.join(sorted(beside_keys))})"
     if name in ROUTE_WORDS:
         return f"{name!r} is already a segment of the API's paths ({', '.join(sorted(ROUTE_WORDS))})"
     if name == other:
@@ -47,6 +55,11 @@ class PlatformNames:
     @property
     def are_the_contracts(self) -> bool:
         return self.chat == CONTRACT_CHAT and self.stats == CONTRACT_STATS
+
+    @cached_property
+    def chat_not_found(self) -> str:
+        """The message of `POST /chat` without a usable field."""
+        return self.rename("Chat not found")
 
     def rename(self, text: str) -> str:
         """`text`, written with the contract's words, with the configured ones in their place."""

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from marketplace.backoffice.actions import Change, Refused
+from marketplace.backoffice.actions import Change, Refused, write_as_read
 from marketplace.backoffice.resources import locked_resource
 from marketplace.backoffice.users import described, locked_user
 from marketplace.catalogue.access_grants import GRANTED_EVENT, activate_manual_access
@@ -67,13 +67,13 @@ async def revoke(session: AsyncSession, user_reference: str, resource_reference:
     if access is None or access.revoked:
         raise Refused(f"{described(user)} has no active access to resource {resource.id}")
     before = access_fields(access)
-    revoked = await session.execute(
+    await write_as_read(
+        session,
         update(Access)
         .where(Access.id == access.id, Access.revoked.is_(False))
-        .values(revoked=True, updated_at=utcnow())
+        .values(revoked=True, updated_at=utcnow()),
+        f"access {access.id}",
     )
-    if revoked.rowcount != 1:  # type: ignore[attr-defined]
-        raise Refused(f"access {access.id} changed meanwhile; run the command again")
     return Change(
         event=REVOKED_EVENT,
         summary=f"access {access.id}: resource {resource.id} ({resource.name}) revoked from {described(user)}",

@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.sql import Executable
 
 from marketplace.db import session_factory
 from marketplace.models import Activity, utcnow
@@ -100,6 +101,14 @@ async def perform(engine: AsyncEngine, action: Action, *, by: str, via: str) -> 
             await session.rollback()
             raise
     return [Logged(entry.id, by, now, change) for entry, change in zip(entries, changes, strict=True)]
+
+
+async def write_as_read(session: AsyncSession, statement: Executable, what: str) -> None:
+    """Run a write whose conditions say the row is as it was read; when it changes no row, someone
+    changed it meanwhile, and the action is refused (the transaction rolls back)."""
+    result = await session.execute(statement)
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise Refused(f"{what} changed meanwhile; run the command again")
 
 
 def timestamp(value: datetime) -> str:

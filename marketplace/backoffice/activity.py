@@ -24,9 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import InstrumentedAttribute
 
 from marketplace.backoffice.actions import Refused, timestamp
-from marketplace.backoffice.gifts import parse_time as iso_time
-from marketplace.backoffice.payments import parse_duration
-from marketplace.backoffice.users import parse_id
+from marketplace.backoffice.values import parse_duration, parse_id
+from marketplace.backoffice.values import parse_time as iso_time
 from marketplace.models import Activity, utcnow
 
 DEFAULT_LIMIT = 50

@@ -14,23 +14,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from marketplace.backoffice.actions import Change, Refused, timestamp
+from marketplace.backoffice.actions import Change, Refused, timestamp, write_as_read
 from marketplace.backoffice.resources import locked_resource
+from marketplace.backoffice.values import MAX_WHOLE_NUMBER, parse_id, parse_time, whole_number
 from marketplace.catalogue.gifts import CODE_LENGTH
 from marketplace.catalogue.members import storable
-from marketplace.catalogue.resources import MAX_ID
 from marketplace.models import Gift, User
 
 # The API trims what it receives and reads the code from one path segment: a code with spaces at
 # either end, a `/` or a control character could never be checked.
-_CODE = re.compile(rf"^(?=\S)[^/\x00-\x1f\x7f]{{1,{CODE_LENGTH}}}(?<=\S)$")
-_COUNT = re.compile(r"^[0-9]{1,9}$")
+_CODE = re.compile(rf"(?=\S)[^/\x00-\x1f\x7f]{{1,{CODE_LENGTH}}}(?<=\S)")
 
 
 @dataclass(frozen=True)
@@ -50,12 +48,12 @@ class NewGift:
 async def create_gift(session: AsyncSession, new: NewGift) -> Change:
     """Issue a gift code; it applies to one resource, to every resource of a seller, or to all."""
     code = new.code
-    if not _CODE.match(code):
+    if not _CODE.fullmatch(code) or code in (".", ".."):
         raise Refused(
             f"invalid gift code {code!r}: 1 to {CODE_LENGTH} characters,"
-            " no space at either end, no '/' or control character"
+            " no space at either end, no '/' or control character, not '.' or '..'"
         )
-    percentage = _whole_number(new.percentage)
+    percentage = whole_number(new.percentage)
     if percentage is None or not 1 <= percentage <= 100:
         raise Refused(f"invalid percentage {new.percentage!r}: a whole number from 1 to 100")
     starts_at = parse_time(new.starts_at, "start") if new.starts_at is not None else None
@@ -64,9 +62,11 @@ async def create_gift(session: AsyncSession, new: NewGift) -> Change:
         raise Refused(
             f"the expiry ({timestamp(expires_at)}) must be after the start ({timestamp(starts_at)})"
         )
-    max_uses = _whole_number(new.quota) if new.quota is not None else None
+    max_uses = whole_number(new.quota) if new.quota is not None else None
     if new.quota is not None and (max_uses is None or max_uses < 1):
-        raise Refused(f"invalid quota {new.quota!r}: a whole number, at least 1 (omit it for no quota)")
+        raise Refused(
+            f"invalid quota {new.quota!r}: a whole number from 1 to {MAX_WHOLE_NUMBER} (omit it for no quota)"
+        )
     seller_id = await _seller_id(session, new.seller) if new.seller is not None else None
     resource_id = None
     if new.resource is not None:
@@ -124,11 +124,11 @@ async def set_enabled(session: AsyncSession, code: str, enabled: bool) -> Change
     state = "enabled" if enabled else "disabled"
     if gift.enabled == enabled:
         raise Refused(f"gift {gift.code} is already {state}")
-    moved = await session.execute(
-        update(Gift).where(Gift.id == gift.id, Gift.enabled.is_(not enabled)).values(enabled=enabled)
+    await write_as_read(
+        session,
+        update(Gift).where(Gift.id == gift.id, Gift.enabled.is_(not enabled)).values(enabled=enabled),
+        f"gift {gift.code}",
     )
-    if moved.rowcount != 1:  # type: ignore[attr-defined]
-        raise Refused(f"gift {gift.code} changed meanwhile; run the command again")
     return Change(
         event=f"gift.{state}",
         summary=f"gift {gift.code} (id {gift.id}): {state}",
@@ -140,30 +140,10 @@ async def set_enabled(session: AsyncSession, code: str, enabled: bool) -> Change
     )
 
 
-def parse_time(text: str, what: str) -> datetime:
-    """An ISO 8601 time (`Z`, an offset, none meaning UTC, or a bare date at midnight) as the naive
-    UTC value the columns store, as the fixture loader reads it."""
-    value = text.strip()
-    try:
-        parsed = datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)
-    except ValueError:
-        raise Refused(
-            f"invalid {what} time {text!r}: ISO 8601, e.g. 2025-06-01T12:00:00Z or 2025-06-01"
-        ) from None
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
-    return parsed
-
-
-def _whole_number(text: str) -> int | None:
-    value = text.strip()
-    return int(value) if _COUNT.match(value) else None
-
-
 async def _seller_id(session: AsyncSession, reference: str) -> int:
-    user_id = _whole_number(reference)
+    user_id = parse_id(reference)
     seller = None
-    if user_id is not None and 0 < user_id <= MAX_ID:
+    if user_id is not None:
         seller = await session.get(User, user_id)
     if seller is None:
         raise Refused(f"no user {reference!r}")

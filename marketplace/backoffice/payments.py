@@ -11,12 +11,13 @@ The transitions, and no other (a refused one writes nothing):
 | cancel | pending, unpaid | cancelled | |
 | prune-checkouts | pending, older than a duration | cancelled | |
 
-`cancelled` is final. An invoice (a payment without a resource) changes status only.
+`cancelled` is final. An invoice (a payment without a resource) changes status only. A buyer who
+paid twice for one resource keeps the access while one of the payments is `paid`: the access
+stays backed by the first, and a refund of the payment backing it moves it to the other.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -26,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace.backoffice.accesses import access_fields
-from marketplace.backoffice.actions import Change, Refused, timestamp
+from marketplace.backoffice.actions import Change, Refused, timestamp, write_as_read
 from marketplace.catalogue.payments import is_ulid
 from marketplace.models import Access, AccessSource, Payment, PaymentStatus, utcnow
 
@@ -58,10 +59,6 @@ CANCEL = Transition(
 )
 TRANSITIONS = {transition.verb: transition for transition in (CONFIRM, FAIL, REFUND, DISPUTE, CANCEL)}
 
-_DURATION_PART = re.compile(r"(\d{1,9})([smhdw])")
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_LONGEST_DURATION_DAYS = 36500
-
 
 async def change_payment(session: AsyncSession, uid: str, transition: Transition) -> list[Change]:
     """Move the payment `uid` through `transition`, with its access; refused from any other status."""
@@ -72,13 +69,13 @@ async def change_payment(session: AsyncSession, uid: str, transition: Transition
             f" ({transition.verb} applies to {' or '.join(transition.sources)} payments)"
         )
     before = payment.status
-    moved = await session.execute(
+    await write_as_read(
+        session,
         update(Payment)
         .where(Payment.id == payment.id, Payment.status == before)
-        .values(status=transition.target, updated_at=utcnow())
+        .values(status=transition.target, updated_at=utcnow()),
+        f"payment {payment.uid}",
     )
-    if moved.rowcount != 1:  # type: ignore[attr-defined]
-        raise Refused(f"payment {payment.uid} changed meanwhile; run the command again")
     effects: list[Mapping[str, Any]] = []
     access_id: int | None = None
     if transition is CONFIRM:
@@ -140,21 +137,6 @@ async def prune_checkouts(session: AsyncSession, older_than: timedelta) -> list[
     return changes
 
 
-def parse_duration(text: str) -> timedelta:
-    """`90m`, `48h`, `7d`, `2w`, or a sum such as `1d12h`; more than zero, at most 100 years."""
-    compact = text.strip().lower()
-    parts = _DURATION_PART.findall(compact)
-    if not compact or "".join(number + unit for number, unit in parts) != compact:
-        raise Refused(f"invalid duration {text!r}: use a number and a unit (s, m, h, d, w), e.g. 48h or 7d")
-    seconds = sum(int(number) * _DURATION_UNITS[unit] for number, unit in parts)
-    if seconds <= 0:
-        raise Refused(f"invalid duration {text!r}: it must be longer than zero")
-    # Longer would reach past the first dates a timestamp can hold (and past any checkout).
-    if seconds > _LONGEST_DURATION_DAYS * _DURATION_UNITS["d"]:
-        raise Refused(f"invalid duration {text!r}: it must be at most {_LONGEST_DURATION_DAYS}d (100 years)")
-    return timedelta(seconds=seconds)
-
-
 async def _locked_payment(session: AsyncSession, uid: str) -> Payment:
     reference = uid.strip().upper()
     payment = None
@@ -197,6 +179,15 @@ async def _grant_purchase(
             ) from None
         return access.id, {"access": access.id, "change": "granted", "before": None, "after": after}
     before = access_fields(access)
+    if not access.revoked and access.payment_id is not None and access.payment_id != payment.id:
+        backer = await session.scalar(
+            select(Payment.uid).where(Payment.id == access.payment_id, Payment.status == PAID)
+        )
+        if backer is not None:
+            # Bought twice: the access stays the first payment's, so that refunding either one
+            # leaves the buyer the access the other paid for.
+            kept = f"kept (paid by payment {backer})"
+            return access.id, {"access": access.id, "change": kept, "before": before, "after": before}
     # Read before the UPDATE, which refreshes the loaded row.
     change = "reactivated" if access.revoked else "now backed by this payment"
     await session.execute(update(Access).where(Access.id == access.id).values(updated_at=now, **after))
@@ -226,6 +217,27 @@ async def _revoke_purchase(
     if access is None:
         return None, None
     before = access_fields(access)
+    other_payment = await session.scalar(
+        select(Payment)
+        .where(
+            Payment.buyer_id == payment.buyer_id,
+            Payment.resource_id == payment.resource_id,
+            Payment.status == PAID,
+            Payment.id != payment.id,
+        )
+        .order_by(Payment.id)
+        .limit(1)
+    )
+    if other_payment is not None:
+        # Another paid payment of the same buyer and resource still pays for the access.
+        after = {**before, "payment_id": other_payment.id}
+        await session.execute(
+            update(Access)
+            .where(Access.id == access.id)
+            .values(payment_id=other_payment.id, updated_at=utcnow())
+        )
+        change = f"kept (paid by payment {other_payment.uid})"
+        return access.id, {"access": access.id, "change": change, "before": before, "after": after}
     await session.execute(
         update(Access).where(Access.id == access.id).values(revoked=True, updated_at=utcnow())
     )

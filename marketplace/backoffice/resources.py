@@ -23,8 +23,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from marketplace.backoffice.actions import Change, Refused
-from marketplace.catalogue.resources import MAX_ID
+from marketplace.backoffice.actions import Change, Refused, write_as_read
+from marketplace.backoffice.values import parse_id
+from marketplace.catalogue.resources import NO_RELEASE_TEXT
 from marketplace.models import Resource, ResourceStatus, Version, utcnow
 
 STATUSES = tuple(status.value for status in ResourceStatus)
@@ -34,7 +35,6 @@ TITLE_LENGTH = 255
 FILE_NAME_LENGTH = 255
 CHECKSUM_LENGTH = 128
 _STATS_ID = re.compile(r"^[0-9]{1,20}$")
-_DIGITS = re.compile(r"^[0-9]{1,10}$")
 
 
 @dataclass(frozen=True)
@@ -124,16 +124,15 @@ async def release(session: AsyncSession, reference: str, build: Release, *, prom
     summary = (
         f"resource {resource.id} ({resource.name}): version {version.version} released (id {version.id})"
     )
-    before: dict[str, Any] = {}
-    after: dict[str, Any] = {}
+    before = after = {"current_version": current}
     if promote:
         await _point_to(session, resource, version.id)
-        before, after = {"current_version": current}, {"current_version": version.version}
+        after = {"current_version": version.version}
         summary += f", current version {current or 'none'} -> {version.version}"
     else:
         summary += f", current version stays {current or 'none'}"
     return Change(
-        event="version.released",
+        event="resource.version_released",
         summary=summary,
         subject={"resource": resource.id, "version": version.id},
         before=before,
@@ -198,10 +197,10 @@ async def set_stats_id(session: AsyncSession, reference: str, stats_id: str | No
 
 async def locked_resource(session: AsyncSession, reference: str) -> Resource:
     """The resource whose id `reference` is, locked for the transaction; refused when there is none."""
-    text = reference.strip()
+    resource_id = parse_id(reference)
     resource = None
-    if _DIGITS.match(text) and 0 < int(text) <= MAX_ID:
-        resource = await session.scalar(select(Resource).where(Resource.id == int(text)).with_for_update())
+    if resource_id is not None:
+        resource = await session.scalar(select(Resource).where(Resource.id == resource_id).with_for_update())
     if resource is None:
         raise Refused(f"no resource {reference!r}")
     return resource
@@ -211,11 +210,11 @@ async def _write(
     session: AsyncSession, resource: Resource, unchanged: ColumnElement[bool], **values: Any
 ) -> None:
     """Update the resource if `unchanged` still holds (what was read is what is changed)."""
-    moved = await session.execute(
-        update(Resource).where(Resource.id == resource.id, unchanged).values(updated_at=utcnow(), **values)
+    await write_as_read(
+        session,
+        update(Resource).where(Resource.id == resource.id, unchanged).values(updated_at=utcnow(), **values),
+        f"resource {resource.id}",
     )
-    if moved.rowcount != 1:  # type: ignore[attr-defined]
-        raise Refused(f"resource {resource.id} changed meanwhile; run the command again")
 
 
 async def _point_to(session: AsyncSession, resource: Resource, version_id: int) -> None:
@@ -257,8 +256,9 @@ async def _version_of(session: AsyncSession, resource: Resource, reference: str)
     if numbered:
         return numbered[0]
     version = None
-    if _DIGITS.match(text) and 0 < int(text) <= MAX_ID:
-        version = await session.get(Version, int(text))
+    version_id = parse_id(text)
+    if version_id is not None:
+        version = await session.get(Version, version_id)
     if version is None:
         raise Refused(f"resource {resource.id} has no version {reference!r}")
     if version.resource_id != resource.id:
@@ -271,11 +271,14 @@ async def _version_of(session: AsyncSession, resource: Resource, reference: str)
 def _version_fields(build: Release) -> Mapping[str, Any]:
     """The new version's columns, checked as the fixture loader checks them."""
     number = build.version.strip()
-    if not number or len(number) > VERSION_LENGTH:
-        raise Refused(f"invalid version {build.version!r}: 1 to {VERSION_LENGTH} characters")
+    if not number or len(number) > VERSION_LENGTH or not number.isprintable():
+        raise Refused(f"invalid version {build.version!r}: 1 to {VERSION_LENGTH} printable characters")
+    if number == NO_RELEASE_TEXT:
+        # What the update check answers when nothing is released: a client could not tell them apart.
+        raise Refused(f"invalid version {build.version!r}: the update check's answer for no version")
     title = build.title.strip()
-    if len(title) > TITLE_LENGTH:
-        raise Refused(f"invalid title: at most {TITLE_LENGTH} characters")
+    if len(title) > TITLE_LENGTH or not title.isprintable():
+        raise Refused(f"invalid title: at most {TITLE_LENGTH} printable characters")
     file_name = _optional(build.file_name)
     if file_name is not None and len(file_name) > FILE_NAME_LENGTH:
         raise Refused(f"invalid file name: at most {FILE_NAME_LENGTH} characters")

@@ -22,15 +22,14 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
-from marketplace.backoffice.actions import Change, Refused
+from marketplace.backoffice.actions import Change, Refused, write_as_read
+from marketplace.backoffice.values import parse_id
 from marketplace.catalogue.members import CHAT_ID_LENGTH
-from marketplace.catalogue.resources import MAX_ID
 from marketplace.db import dialect_insert
 from marketplace.models import ChatAccount, User, utcnow
 
 # The fixture loader's rule for a chat account: the chat platform's snowflake, ASCII digits.
 _SNOWFLAKE = re.compile(rf"[0-9]{{1,{CHAT_ID_LENGTH}}}")
-_ID = re.compile(r"0*[1-9][0-9]{0,9}")
 
 
 @dataclass(frozen=True)
@@ -58,15 +57,6 @@ ACCOUNT_VERBS = {
     for state in (BANNED, CLOSED, DELETED)
     for verb, entering in ((state.enter, True), (state.leave, False))
 }
-
-
-def parse_id(text: str) -> int | None:
-    """An id written in digits (leading zeros allowed); None for anything else or beyond every id."""
-    digits = text.strip()
-    if not _ID.fullmatch(digits):
-        return None
-    value = int(digits)
-    return value if value <= MAX_ID else None
 
 
 async def locked_user(session: AsyncSession, reference: str) -> User:
@@ -98,13 +88,13 @@ async def set_account_state(session: AsyncSession, reference: str, verb: str) ->
         after: Any = now if entering else None
     else:
         after = entering
-    moved = await session.execute(
+    await write_as_read(
+        session,
         update(User)
         .where(User.id == user.id, state.column.is_(None) if current is None else state.column == current)
-        .values({state.column: after, User.updated_at: now})
+        .values({state.column: after, User.updated_at: now}),
+        described(user),
     )
-    if moved.rowcount != 1:  # type: ignore[attr-defined]
-        raise Refused(f"{described(user)} changed meanwhile; run the command again")
     return Change(
         event=state.entered if entering else state.left,
         summary=f"{described(user)}: {state.name if entering else 'no longer ' + state.name}",
@@ -161,9 +151,11 @@ async def unlink_chat(session: AsyncSession, reference: str) -> list[Change]:
         raise Refused(f"{described(user)} has no linked chat account")
     changes = []
     for account in linked:
-        removed = await session.execute(delete(ChatAccount).where(ChatAccount.id == account.id))
-        if removed.rowcount != 1:  # type: ignore[attr-defined]
-            raise Refused(f"chat account {account.chat_id} changed meanwhile; run the command again")
+        await write_as_read(
+            session,
+            delete(ChatAccount).where(ChatAccount.id == account.id),
+            f"chat account {account.chat_id}",
+        )
         changes.append(
             Change(
                 event="chat_account.unlinked",

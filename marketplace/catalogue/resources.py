@@ -28,6 +28,8 @@ from marketplace.readers import AnySelect, Read, Reader, Reads, Row
 
 # Ids are 32-bit on every supported database; a larger number names no row.
 MAX_ID = 2**31 - 1
+# The current version number of a resource without a released version, as the update check says it.
+NO_RELEASE_TEXT = "(soon)"
 # A listing page starting past this many rows walks too many to stay on the event loop's thread.
 NEAR_PAGE_ROWS = 1000
 

@@ -117,8 +117,8 @@ async def test_create_disabled_or_not_yet_started_or_expired_checks_inactive(
 async def test_create_refuses_an_invalid_or_taken_code(
     back_office: BackOffice, api: httpx.AsyncClient
 ) -> None:
-    rule = "1 to 32 characters, no space at either end, no '/' or control character"
-    for code in ("", " PADDED", "A/B", "C" * 33):
+    rule = "1 to 32 characters, no space at either end, no '/' or control character, not '.' or '..'"
+    for code in ("", " PADDED", "A/B", "C" * 33, "CODE\n", ".", ".."):
         assert await back_office.refused("gifts", "create", code, "--percentage", "10") == (
             f"marketplace: invalid gift code {code!r}: {rule}"
         )
@@ -148,6 +148,12 @@ async def test_create_refuses_an_unreadable_time_and_an_expiry_not_after_the_sta
         )
         == "marketplace: invalid expiry time '2025-13-01': ISO 8601, e.g. 2025-06-01T12:00:00Z or 2025-06-01"
     )
+    assert (
+        await back_office.refused(
+            "gifts", "create", "NEW", "--percentage", "10", "--starts-at", "0001-01-01T00:00:00+01:00"
+        )
+        == "marketplace: invalid start time '0001-01-01T00:00:00+01:00': out of range"
+    )
     for expiry in ("2030-01-01T00:00:00Z", "2030-01-01T01:00:00+01:00"):
         assert (
             await back_office.refused(
@@ -165,11 +171,15 @@ async def test_create_refuses_an_unreadable_time_and_an_expiry_not_after_the_sta
         )
 
 
-async def test_create_refuses_a_quota_below_one(back_office: BackOffice, api: httpx.AsyncClient) -> None:
-    for quota in ("0", "-1", "many"):
+async def test_create_refuses_a_quota_below_one_or_beyond_nine_digits(
+    back_office: BackOffice, api: httpx.AsyncClient
+) -> None:
+    for quota in ("0", "-1", "many", "1000000000"):
         assert await back_office.refused(
             "gifts", "create", "NEW", "--percentage", "10", "--quota", quota
-        ) == (f"marketplace: invalid quota {quota!r}: a whole number, at least 1 (omit it for no quota)")
+        ) == (
+            f"marketplace: invalid quota {quota!r}: a whole number from 1 to 999999999 (omit it for no quota)"
+        )
 
 
 async def test_create_refuses_an_unknown_resource_or_seller_a_deleted_seller_and_another_sellers_resource(

@@ -670,8 +670,58 @@ async def test_a_checkout_confirmed_while_checkouts_are_pruned_ends_paid_or_canc
         assert events == ["payment.cancelled", "payment.cancelled"]
 
 
-async def test_an_operator_name_longer_than_255_characters_is_refused(
-    back_office: BackOffice, payments_api: httpx.AsyncClient
+@pytest.mark.parametrize("operator", ["x" * 256, "eve\nmallory", "eve\x1b[2J"])
+async def test_an_operator_name_longer_than_255_characters_or_not_printable_is_refused(
+    back_office: BackOffice, payments_api: httpx.AsyncClient, operator: str
 ) -> None:
-    line = await back_office.refused("payments", "confirm", uid(PAYMENT_IN["pending"]), "--by", "x" * 256)
-    assert line == "marketplace: --by: at most 255 characters"
+    line = await back_office.refused("payments", "confirm", uid(PAYMENT_IN["pending"]), "--by", operator)
+    assert line == "marketplace: --by: at most 255 printable characters"
+
+
+SECOND_PURCHASE_UID = uid(30)
+
+
+@pytest.fixture
+async def bought_twice(api: httpx.AsyncClient, load: Loader) -> httpx.AsyncClient:
+    """The member's resource 1, paid by the catalogue's payment, and a second, pending payment of it."""
+    second = {
+        "id": 30,
+        "uid": SECOND_PURCHASE_UID,
+        "status": "pending",
+        "amount_cents": 999,
+        "buyer_id": 2,
+        "seller_id": 1,
+        "resource_id": 1,
+    }
+    await load({"payments": [second]})
+    return api
+
+
+async def test_a_second_payment_of_an_owned_resource_leaves_the_access_to_the_first(
+    back_office: BackOffice, bought_twice: httpx.AsyncClient
+) -> None:
+    [confirmed] = (await back_office.ok("payments", "confirm", SECOND_PURCHASE_UID, "--json")).objects
+    [effect] = confirmed["effects"]
+    assert effect["change"] == f"kept (paid by payment {PAID_UID})"
+    assert effect["before"] == effect["after"] == {"source": "purchase", "payment_id": 1, "revoked": False}
+    await back_office.ok("payments", "refund", SECOND_PURCHASE_UID)
+    access = await access_to(bought_twice, 1, MEMBER_CHAT_ID)
+    assert access is not None and access["payment_id"] == 1
+    await back_office.ok("payments", "refund", PAID_UID)
+    assert await access_to(bought_twice, 1, MEMBER_CHAT_ID) is None
+
+
+async def test_refunding_the_payment_behind_an_access_moves_it_to_the_other_paid_payment(
+    back_office: BackOffice, bought_twice: httpx.AsyncClient
+) -> None:
+    await back_office.ok("payments", "confirm", SECOND_PURCHASE_UID)
+    [refunded] = (await back_office.ok("payments", "refund", PAID_UID, "--json")).objects
+    [effect] = refunded["effects"]
+    assert effect["change"] == f"kept (paid by payment {SECOND_PURCHASE_UID})"
+    assert effect["after"] == {"source": "purchase", "payment_id": 30, "revoked": False}
+    access = await access_to(bought_twice, 1, MEMBER_CHAT_ID)
+    assert access is not None and access["payment_id"] == 30
+    assert await purchases(bought_twice, 1) == 1
+    await back_office.ok("payments", "dispute", SECOND_PURCHASE_UID)
+    assert await access_to(bought_twice, 1, MEMBER_CHAT_ID) is None
+    assert await purchases(bought_twice, 1) == 0

@@ -151,7 +151,7 @@ async def test_release_makes_the_new_version_current_in_the_api(
         "--checksum", "f00d", "--json",
     )  # fmt: skip
     change = only_change(result.objects)
-    assert change["action"] == "version.released"
+    assert change["action"] == "resource.version_released"
     assert (change["before"], change["after"]) == ({"current_version": "1.1.0"}, {"current_version": "3.0.0"})
     version_id = change["subject"]["version"]
     assert change["subject"] == {"resource": 1, "version": version_id}
@@ -214,7 +214,7 @@ async def test_release_with_no_promote_lists_the_version_but_keeps_the_current_o
         "--json",
     )
     change = only_change(result.objects)
-    assert (change["before"], change["after"]) == ({}, {})
+    assert change["before"] == change["after"] == {"current_version": "1.1.0"}
     assert change["effects"][0]["after"]["version"] == "3.0.0-rc1"
     assert (await api.get("/api/v1/resource/version/1")).text == "1.1.0"
     listed = (await api.get("/api/v1/resource/versions/1")).json()
@@ -229,7 +229,16 @@ async def test_release_refuses_invalid_fields_and_a_number_the_resource_has(
         return ("resources", "release", "1", "--title", "T", *options)
 
     assert await back_office.refused(*release("--version", "  ")) == (
-        "marketplace: invalid version '  ': 1 to 32 characters"
+        "marketplace: invalid version '  ': 1 to 32 printable characters"
+    )
+    assert await back_office.refused(*release("--version", "(soon)")) == (
+        "marketplace: invalid version '(soon)': the update check's answer for no version"
+    )
+    assert await back_office.refused(*release("--version", "2.0\n1")) == (
+        "marketplace: invalid version '2.0\\n1': 1 to 32 printable characters"
+    )
+    assert await back_office.refused("resources", "release", "1", "--version", "3", "--title", "a\x1bb") == (
+        "marketplace: invalid title: at most 255 printable characters"
     )
     assert (await back_office.refused(*release("--version", "1" * 33))).startswith(
         "marketplace: invalid version '111"
@@ -239,7 +248,7 @@ async def test_release_refuses_invalid_fields_and_a_number_the_resource_has(
     )
     assert (
         await back_office.refused("resources", "release", "1", "--version", "3", "--title", "T" * 256)
-        == "marketplace: invalid title: at most 255 characters"
+        == "marketplace: invalid title: at most 255 printable characters"
     )
     assert await back_office.refused(*release("--version", "3", "--file-size", "-1")) == (
         "marketplace: invalid file size '-1': a number of bytes, not negative"

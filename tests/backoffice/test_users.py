@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from marketplace.models import Activity
 from tests.backoffice.conftest import BackOffice
 from tests.catalogue import CLOSED_MEMBER_CHAT_ID, DELETED_MEMBER_CHAT_ID, MEMBER_CHAT_ID
+from tests.conftest import Loader
 
 NEW_CHAT_ID = "666666666666666666"
 
@@ -274,3 +275,13 @@ async def test_unlink_chat_refuses_a_user_without_a_chat_account_and_an_unknown_
         == "marketplace: user 6 (alicia) has no linked chat account"
     )
     assert await back_office.refused("users", "unlink-chat", "99") == "marketplace: no user '99'"
+
+
+async def test_a_stored_name_with_control_characters_is_printed_on_one_line(
+    back_office: BackOffice, api: httpx.AsyncClient, load: Loader
+) -> None:
+    await load({"users": [{"id": 9, "name": "Evil\nLine\x1b[2J"}]})
+    banned = await back_office.ok("users", "ban", "9")
+    assert banned.lines == ["user 9 (Evil\\nLine\\x1b[2J): banned"]
+    line = await back_office.refused("users", "ban", "9")
+    assert line == "marketplace: cannot ban user 9 (Evil\\nLine\\x1b[2J): it is already banned"

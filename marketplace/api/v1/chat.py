@@ -30,7 +30,7 @@ async def member_accesses(call: ApiCall) -> Response:
     settings = call.services.settings
     chat_id = (await call.input()).get(settings.chat_name)
     if not isinstance(chat_id, str):
-        raise ApiError(400, settings.platform_names.rename("Chat not found"))
+        raise ApiError(400, settings.platform_names.chat_not_found)
     async with call.services.sessions() as session:
         member = await members.member_by_chat_id(session, chat_id)
         if member is None:

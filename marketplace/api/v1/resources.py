@@ -10,7 +10,13 @@ from starlette.responses import Response
 from marketplace.api.v1.bindings import bound_resource_id, parse_id
 from marketplace.api.v1.objects import resource_object, version_object
 from marketplace.catalogue import members
-from marketplace.catalogue.resources import current_version, released_versions, search_published, visible_card
+from marketplace.catalogue.resources import (
+    NO_RELEASE_TEXT,
+    current_version,
+    released_versions,
+    search_published,
+    visible_card,
+)
 from marketplace.http.errors import NotFound, ServerError, ValidationFailed
 from marketplace.http.input import RequestInput
 from marketplace.http.json import JsonAnswer, TextAnswer
@@ -21,7 +27,6 @@ DEFAULT_PAGE_SIZE = 15
 MAX_PAGE_SIZE = 25
 MAX_QUERY_LENGTH = 80
 MAX_NAME_LENGTH = 255
-NO_RELEASE_TEXT = "(soon)"
 # The largest page PHP's integer validation accepts (a 64-bit integer); beyond it, page 1.
 MAX_PAGE = 2**63 - 1
 

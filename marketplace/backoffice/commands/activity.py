@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from marketplace.console import fail, require_schema, run_command
+from marketplace.console import fail, one_line, require_schema, run_command
 
 if TYPE_CHECKING:
     from marketplace.config import Settings
@@ -64,7 +64,7 @@ def activity(
         printed = 0
         async with engine_for(settings) as engine:
             async for entry in read_activity(engine, query):
-                click.echo(json.dumps(entry.as_json()) if as_json else entry.as_line())
+                click.echo(json.dumps(entry.as_json()) if as_json else one_line(entry.as_line()))
                 printed += 1
         return printed
 

@@ -46,9 +46,10 @@ _payment_transition("cancel", "pending or unpaid -> cancelled (final).")
 def prune_checkouts(older_than: str, by: str | None, as_json: bool) -> None:
     from marketplace.backoffice import payments as payment_actions
     from marketplace.backoffice.actions import Refused
+    from marketplace.backoffice.values import parse_duration
 
     try:
-        age = payment_actions.parse_duration(older_than)
+        age = parse_duration(older_than)
     except Refused as refusal:
         fail(f"--older-than: {refusal}")
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from marketplace.console import CommandRefused, fail, require_schema, run_command
+from marketplace.console import CommandRefused, fail, one_line, require_schema, run_command
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -54,8 +54,8 @@ def perform_and_report(
 ) -> None:
     """Run `action` as one logged transaction and print what it changed (or one refusal line)."""
     operator = (by or "").strip() or system_user()
-    if len(operator) > 255:
-        fail("--by: at most 255 characters")
+    if len(operator) > 255 or not operator.isprintable():
+        fail("--by: at most 255 printable characters")
 
     async def run(settings: Settings) -> Sequence[Any]:
         from marketplace.backoffice.actions import Refused, perform
@@ -72,7 +72,7 @@ def perform_and_report(
     if not done:
         click.echo(json.dumps({"changes": 0}) if as_json else "nothing to change")
     for logged in done:
-        click.echo(json.dumps(logged.as_json()) if as_json else logged.change.summary)
+        click.echo(json.dumps(logged.as_json()) if as_json else one_line(logged.change.summary))
 
 
 def one_change(
