@@ -54,7 +54,9 @@ class BackOffice:
 
     async def __call__(self, *args: str) -> CommandResult:
         # The command runs its own event loop (asyncio.run), hence in a thread of its own.
-        result = await asyncio.to_thread(CliRunner().invoke, main, list(args), env=self.environment)
+        result = await asyncio.to_thread(
+            CliRunner().invoke, main, list(args), env=self.environment, prog_name="marketplace"
+        )
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise result.exception
         await asyncio.sleep(CHANGE_BOUND_SECONDS)
