@@ -24,7 +24,7 @@ from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace.backoffice.actions import Change, Refused, write_as_read
-from marketplace.backoffice.values import parse_id
+from marketplace.backoffice.values import locked_by_id, parse_id
 from marketplace.catalogue.resources import NO_RELEASE_TEXT
 from marketplace.models import Resource, ResourceStatus, Version, utcnow
 
@@ -34,7 +34,7 @@ VERSION_LENGTH = 32
 TITLE_LENGTH = 255
 FILE_NAME_LENGTH = 255
 CHECKSUM_LENGTH = 128
-_STATS_ID = re.compile(r"^[0-9]{1,20}$")
+_STATS_ID = re.compile(r"[0-9]{1,20}")
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ async def promote(session: AsyncSession, reference: str, version_reference: str)
 async def set_stats_id(session: AsyncSession, reference: str, stats_id: str | None) -> Change:
     """Set the resource's statistics id (digits only, at most 20), or clear it (None or empty)."""
     target = (stats_id or "").strip() or None
-    if target is not None and not _STATS_ID.match(target):
+    if target is not None and not _STATS_ID.fullmatch(target):
         raise Refused(f"invalid stats id {stats_id!r}: digits only, at most 20")
     resource = await locked_resource(session, reference)
     # The loader stores an empty statistics id as none; both mean "no statistics".
@@ -197,13 +197,7 @@ async def set_stats_id(session: AsyncSession, reference: str, stats_id: str | No
 
 async def locked_resource(session: AsyncSession, reference: str) -> Resource:
     """The resource whose id `reference` is, locked for the transaction; refused when there is none."""
-    resource_id = parse_id(reference)
-    resource = None
-    if resource_id is not None:
-        resource = await session.scalar(select(Resource).where(Resource.id == resource_id).with_for_update())
-    if resource is None:
-        raise Refused(f"no resource {reference!r}")
-    return resource
+    return await locked_by_id(session, Resource, reference, "resource")
 
 
 async def _write(

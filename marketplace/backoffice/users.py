@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
 from marketplace.backoffice.actions import Change, Refused, write_as_read
-from marketplace.backoffice.values import parse_id
+from marketplace.backoffice.values import locked_by_id
 from marketplace.catalogue.members import CHAT_ID_LENGTH
 from marketplace.db import dialect_insert
 from marketplace.models import ChatAccount, User, utcnow
@@ -61,13 +61,7 @@ ACCOUNT_VERBS = {
 
 async def locked_user(session: AsyncSession, reference: str) -> User:
     """The user `reference` names (an id), locked for the change; refused when there is none."""
-    user_id = parse_id(reference)
-    user = None
-    if user_id is not None:
-        user = await session.scalar(select(User).where(User.id == user_id).with_for_update())
-    if user is None:
-        raise Refused(f"no user {reference!r}")
-    return user
+    return await locked_by_id(session, User, reference, "user")
 
 
 def described(user: User) -> str:

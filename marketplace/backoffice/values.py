@@ -1,4 +1,5 @@
-"""The operator's values as the back office reads them: ids, whole numbers, times and durations.
+"""The operator's values as the back office reads them: ids (and the rows they name), whole
+numbers, times and durations.
 
 Each parser takes the text as typed (spaces around it ignored) and gives the value, or None or a
 `Refused` with the rule, so that every command reads the same text the same way.
@@ -8,9 +9,14 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace.backoffice.actions import Refused
 from marketplace.catalogue.resources import MAX_ID
+from marketplace.models import Resource, User
 
 _ID = re.compile(r"0*[1-9][0-9]{0,9}")
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,9}")
@@ -19,6 +25,8 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 LONGEST_DURATION_DAYS = 36500
 # The largest whole number an option takes (nine digits).
 MAX_WHOLE_NUMBER = 999_999_999
+# The rows the operator names by id.
+Row = TypeVar("Row", Resource, User)
 
 
 def parse_id(text: str) -> int | None:
@@ -28,6 +36,18 @@ def parse_id(text: str) -> int | None:
         return None
     value = int(digits)
     return value if value <= MAX_ID else None
+
+
+async def locked_by_id(session: AsyncSession, model: type[Row], reference: str, what: str) -> Row:
+    """The row of `model` whose id the operator wrote, locked for the transaction; refused when
+    the text is no id or names no row."""
+    row_id = parse_id(reference)
+    row = None
+    if row_id is not None:
+        row = await session.scalar(select(model).where(model.id == row_id).with_for_update())
+    if row is None:
+        raise Refused(f"no {what} {reference!r}")
+    return row
 
 
 def whole_number(text: str) -> int | None:
