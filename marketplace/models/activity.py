@@ -22,7 +22,7 @@ class Activity(Base):
         ForeignKey("resources.id", ondelete="SET NULL"), index=True
     )
     access_id: Mapped[int | None] = mapped_column(ForeignKey("accesses.id", ondelete="SET NULL"))
-    via: Mapped[str | None] = mapped_column(String(64))
+    via: Mapped[str | None] = mapped_column(String(64), index=True)
     # Who did it, for what an operator does outside the API (`--by`, or the system user).
     actor: Mapped[str | None] = mapped_column(String(255), index=True)
     # HMAC-SHA256 of the client address; the raw address is never stored.

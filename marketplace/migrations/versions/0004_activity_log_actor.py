@@ -1,4 +1,4 @@
-"""Activity log: who did it (the back office's operator), and reads by operator and by time
+"""Activity log: who did it (the back office's operator), and reads by operator, route and time
 
 Revision ID: 0004
 Revises: 0003
@@ -21,10 +21,12 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("actor", sa.String(length=255), nullable=True))
         batch_op.create_index(batch_op.f("ix_activity_log_created_at"), ["created_at"], unique=False)
         batch_op.create_index(batch_op.f("ix_activity_log_actor"), ["actor"], unique=False)
+        batch_op.create_index(batch_op.f("ix_activity_log_via"), ["via"], unique=False)
 
 
 def downgrade() -> None:
     with op.batch_alter_table("activity_log", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_activity_log_via"))
         batch_op.drop_index(batch_op.f("ix_activity_log_actor"))
         batch_op.drop_index(batch_op.f("ix_activity_log_created_at"))
         batch_op.drop_column("actor")
