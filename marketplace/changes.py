@@ -2,12 +2,13 @@
 
 The workers' caches of encoded answers (`http/worker_cache.py`) are valid for one *generation* of
 the data. A writer on any process or host announces its commits; each worker follows them and
-moves to a new generation, which drops what it cached. A worker that cannot follow the changes
-has no generation (None) and serves nothing from its cache until it can again.
+moves to a new generation, which drops what it cached. This is the fast path (milliseconds); the
+maximum age of kept answers (`freshness.py`) bounds what a change that comes without a notice, or
+a notice that is lost, can cost.
 
 - PostgreSQL: every transaction that wrote sends `NOTIFY marketplace_changes` inside itself (so
   the notice goes out exactly when, and only if, the commit happens); each worker `LISTEN`s on a
-  connection of its own, and a lost connection disables its cache until it is back.
+  connection of its own and proves, every few seconds, that its own probe notice comes back.
 - SQLite: `PRAGMA data_version` on a connection of the worker's own changes whenever another
   connection (of any process) commits; each worker reads it every 10 ms at most.
 """
@@ -18,6 +19,8 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable
@@ -28,19 +31,23 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from marketplace.telemetry.logs import start_background
+
 logger = logging.getLogger("marketplace.changes")
 
 CHANNEL = "marketplace_changes"
 _NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
+# A worker's probe notice, on a channel of its own.
+PROBE_STATEMENT = "SELECT pg_notify($1, '')"
 # Statements that change nothing; anything else counts as a write (erring towards a notice).
 _READ_ONLY_PREFIXES = ("SELECT", "SHOW", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "SET ")
 _WROTE = "marketplace_wrote"
 _COMMITTED_WRITE = "marketplace_committed_write"
 
-# How often a listening connection is checked, and how long a check may take, so that a
-# connection that died without a word (a half-open socket) is found within seconds.
+# How often a worker proves that notices reach it, and how long its probe notice may take to come
+# back, so that a connection that died without a word (a half-open socket) is found within seconds.
 HEARTBEAT_SECONDS = 5.0
-HEARTBEAT_TIMEOUT_SECONDS = 2.0
+PROBE_TIMEOUT_SECONDS = 2.0
 RECONNECT_DELAY_SECONDS = 1.0
 # How stale a SQLite worker's view of other processes' commits may be.
 SQLITE_CHECK_SECONDS = 0.01
@@ -96,6 +103,9 @@ class ChangeFeed(Protocol):
     def local_change(self) -> None:
         """This worker committed a change (its notice to the other workers is on its way)."""
 
+    async def proven(self) -> bool | None:
+        """Whether other processes' changes are known to reach this worker (None: no feed to prove)."""
+
     async def close(self) -> None: ...
 
 
@@ -106,6 +116,9 @@ class NoChangeFeed:
         return None
 
     def local_change(self) -> None:
+        return None
+
+    async def proven(self) -> bool | None:
         return None
 
     async def close(self) -> None:
@@ -154,6 +167,10 @@ class SqliteChangeFeed:
     def local_change(self) -> None:
         self._local_changes += 1
 
+    async def proven(self) -> bool | None:
+        # Every commit of every process moves the counter: nothing can get past it unseen.
+        return None
+
     def _drop(self) -> None:
         if self._connection is not None:
             with contextlib.suppress(sqlite3.Error):
@@ -165,29 +182,56 @@ class SqliteChangeFeed:
 
 
 class PostgresChangeFeed:
-    """A `LISTEN` connection of this worker's own, started with the first lookup, kept alive.
+    """A `LISTEN` connection of this worker's own, which must prove that notices reach it.
 
-    Each notice and each (re)connection starts a new generation: what was cached before a gap in
-    listening may be stale.
+    Every `HEARTBEAT_SECONDS` the worker sends a probe notice on a channel of its own through the
+    main engine (the path the writers' notices take, a pooler included) and waits for it on its
+    listening connection. Only a probe that came back proves the feed: a connection that answers
+    queries but gets no notices (one through a transaction-mode pooler, one on another server)
+    does not count. While the feed is not proven, the worker keeps serving what it cached within
+    the maximum age (`freshness.py`), warns once, and says so in `/up` and
+    `marketplace_change_feed_up`. When the feed is proven again, a new generation starts: what
+    was committed while it was not is unknown.
     """
 
-    def __init__(self, url: URL, connect_timeout: float) -> None:
-        self._dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    def __init__(self, listen_url: URL, engine: AsyncEngine, connect_timeout: float) -> None:
+        self._dsn = listen_url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._engine = engine
         self._connect_timeout = connect_timeout
+        self._probe_channel = f"{CHANNEL}_probe_{os.getpid()}_{secrets.token_hex(4)}"
         self._generation = 0
-        self._listening = False
+        self._proven = False
         self._task: asyncio.Task[None] | None = None
-        # Between a failure and the next successful LISTEN (its warning is written once).
+        # Set once the first verdict (proven or not) is known, for `/up` right after the start.
+        self._verdict: asyncio.Event | None = None
+        self._probe_came_back: asyncio.Event | None = None
+        # Between a failure and the next proof (its warning is written once).
         self._in_outage = False
+        self._closing = False
 
-    def generation(self) -> int | None:
-        if self._task is None or self._task.done():
-            self._listening = False
-            self._task = asyncio.get_running_loop().create_task(self._follow())
-        return self._generation if self._listening else None
+    def generation(self) -> int:
+        self._start()
+        return self._generation
+
+    def _start(self) -> None:
+        if self._closing or (self._task is not None and not self._task.done()):
+            return
+        self._verdict = self._verdict or asyncio.Event()
+        self._task = start_background(self._follow())
+
+    async def proven(self) -> bool | None:
+        """Whether notices reach this worker, once the first probe has given its verdict."""
+        self._start()
+        assert self._verdict is not None
+        await self._verdict.wait()
+        return self._proven
 
     def _changed(self, *_args: Any) -> None:
         self._generation += 1
+
+    def _probe_arrived(self, *_args: Any) -> None:
+        if self._probe_came_back is not None:
+            self._probe_came_back.set()
 
     def local_change(self) -> None:
         self._generation += 1
@@ -199,11 +243,7 @@ class PostgresChangeFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                # Once per outage, not once per retry: the retries go on every second meanwhile.
-                if not self._in_outage:
-                    logger.warning("cannot follow database changes, worker cache off: %s", error)
-                self._in_outage = True
-            self._set_listening(False)
+                self._not_proven(f"{type(error).__name__}: {error}")
             await asyncio.sleep(RECONNECT_DELAY_SECONDS)
 
     async def _listen_until_lost(self) -> None:
@@ -214,32 +254,69 @@ class PostgresChangeFeed:
         try:
             connection.add_termination_listener(lambda _connection: lost.set())
             await connection.add_listener(CHANNEL, self._changed)
-            # Whatever was committed while nobody listened is unknown: start afresh.
-            self._generation += 1
-            self._set_listening(True)
-            if self._in_outage:
-                logger.info("following database changes again, worker cache on")
-                self._in_outage = False
+            await connection.add_listener(self._probe_channel, self._probe_arrived)
             while not lost.is_set():
+                failure = await self._probe()
+                if failure is not None:
+                    # Listen afresh: a connection that missed its probe may miss notices too.
+                    self._not_proven(failure)
+                    return
+                self._proven_now()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(lost.wait(), HEARTBEAT_SECONDS)
-                if not lost.is_set():
-                    await connection.fetchval("SELECT 1", timeout=HEARTBEAT_TIMEOUT_SECONDS)
-            logger.warning("the connection following database changes was lost, worker cache off")
-            self._in_outage = True
+            self._not_proven("the listening connection was lost")
         finally:
-            self._set_listening(False)
             connection.terminate()
 
-    def _set_listening(self, listening: bool) -> None:
+    async def _probe(self) -> str | None:
+        """Send a probe notice through the main engine; None when it came back in time, else why not."""
+        came_back = self._probe_came_back = asyncio.Event()
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
+                async with self._engine.connect() as connection:
+                    await connection.exec_driver_sql(PROBE_STATEMENT, (self._probe_channel,))
+                    await connection.commit()
+                await came_back.wait()
+        except TimeoutError:
+            return f"a probe notice did not come back within {PROBE_TIMEOUT_SECONDS:g} s"
+        except Exception as error:  # the probe could not be sent: the feed is not proven
+            return f"a probe notice could not be sent: {type(error).__name__}: {error}"
+        finally:
+            self._probe_came_back = None
+        return None
+
+    def _proven_now(self) -> None:
+        if not self._proven:
+            # Whatever was committed while the feed was not proven is unknown: start afresh.
+            self._generation += 1
+            if self._in_outage:
+                logger.info("database change notices arrive again")
+            self._in_outage = False
+            self._set_proven(True)
+
+    def _not_proven(self, reason: str) -> None:
+        # Once per outage, not once per retry: the retries go on every second meanwhile.
+        if not self._in_outage:
+            logger.warning(
+                "database change notices are not arriving (%s): cached answers are served for at "
+                "most their maximum age until they do",
+                reason,
+            )
+        self._in_outage = True
+        self._set_proven(False)
+
+    def _set_proven(self, proven: bool) -> None:
         # Imported here, not with the module: the command line imports this module (through db.py)
         # before `serve` decides where metric values go, which their first import fixes.
         from marketplace.telemetry.metrics import CHANGE_FEED_UP
 
-        self._listening = listening
-        CHANGE_FEED_UP.set(1 if listening else 0)
+        self._proven = proven
+        CHANGE_FEED_UP.set(1 if proven else 0)
+        if self._verdict is not None:
+            self._verdict.set()
 
     async def close(self) -> None:
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -247,9 +324,12 @@ class PostgresChangeFeed:
             self._task = None
 
 
-def change_feed_for(url: URL, connect_timeout: float) -> ChangeFeed:
+def change_feed_for(
+    url: URL, engine: AsyncEngine, connect_timeout: float, *, listen_url: URL | None = None
+) -> ChangeFeed:
+    """The feed for the database at `url`; on PostgreSQL, listening at `listen_url` if given."""
     if url.get_backend_name() == "postgresql":
-        return PostgresChangeFeed(url, connect_timeout)
+        return PostgresChangeFeed(listen_url or url, engine, connect_timeout)
     if url.database in (None, "", ":memory:") or url.query.get("mode") == "memory":
         return NoChangeFeed()
     return SqliteChangeFeed(url.database)

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     # Each worker's cache of encoded catalogue answers (0 entries or bytes: no cache).
     worker_cache_max_entries: int = Field(default=20_000, ge=0)
     worker_cache_max_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
+    # The oldest a kept answer or count may be when served, whatever the change notices do
+    # (freshness.py): the bound on staleness when a change arrives without a notice.
+    worker_cache_max_age_seconds: float = Field(default=60.0, gt=0)
     # HTTPS served by `marketplace serve` itself (PEM files); both or neither.
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = Field(default=None, validate_default=True)

@@ -3,8 +3,13 @@
 Outside `/api`, for load balancers and orchestrators. The database is required: without it the API
 cannot answer, and `/up` says 503. The shared store (Redis) is not: while it is down the API still
 answers (limiters admit every request, caches miss), so `/up` stays 200 and names the store under
-`degraded`, with what that costs. Each probe is bounded so that a hung dependency still gives an
-answer.
+`degraded`, with what that costs. The same holds for the change feed on PostgreSQL: while notices
+do not reach the worker, its kept answers may be as old as their maximum age. Each part of the
+answer is named in `checks` and, when it is not ok, in `degraded` (`database`, `redis`, `changes`).
+
+Each probe is bounded so that a hung dependency still gives an answer. A connection the database
+closed (a restart) fails only its first use: the database check tries once more on a fresh
+connection before it reports anything, as the API's own reads do.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -24,6 +30,19 @@ logger = logging.getLogger("marketplace.health")
 
 PROBE_TIMEOUT_SECONDS = 2.0
 REDIS_DEGRADED = "redis: rate limits are not enforced and upstream answers are not cached"
+# Tries of the database check: a connection cut by a restart fails once, and is replaced.
+DATABASE_TRIES = 2
+
+
+def changes_degraded(max_age_seconds: float) -> str:
+    return (
+        "changes: notices of other processes' writes do not reach this worker; "
+        f"its answers may be up to {max_age_seconds:g} s old"
+    )
+
+
+class ChangesNotProven(Exception):
+    pass
 
 
 class HealthCheck:
@@ -31,8 +50,22 @@ class HealthCheck:
         self.services = services
 
     async def _database(self) -> None:
-        async with self.services.engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
+        for attempt in range(DATABASE_TRIES):
+            try:
+                async with self.services.engine.connect() as connection:
+                    await connection.execute(text("SELECT 1"))
+                return
+            except DBAPIError as error:
+                # The pool drops a connection found cut; the next try gets a new one.
+                if attempt + 1 == DATABASE_TRIES or not error.connection_invalidated:
+                    raise
+            except PendingRollbackError:
+                if attempt + 1 == DATABASE_TRIES:
+                    raise
+
+    async def _changes(self) -> None:
+        if await self.services.worker_cache.changes.proven() is False:
+            raise ChangesNotProven("its probe notices do not come back")
 
     async def _redis(self) -> None:
         await self.services.store.ping()
@@ -56,6 +89,11 @@ class HealthCheck:
             checks["redis"] = "ok" if redis_ok else "failing"
             if not redis_ok:
                 degraded.append(REDIS_DEGRADED)
+        if self.services.engine.dialect.name == "postgresql":
+            changes_ok = await self._probe("changes", self._changes)
+            checks["changes"] = "ok" if changes_ok else "failing"
+            if not changes_ok:
+                degraded.append(changes_degraded(self.services.settings.worker_cache_max_age_seconds))
         if not database_ok:
             return 503, {"status": "failing", "checks": checks, "degraded": degraded}
         return 200, {"status": "degraded" if degraded else "ok", "checks": checks, "degraded": degraded}

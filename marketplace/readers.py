@@ -41,8 +41,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
+from marketplace import freshness
 from marketplace.changes import ChangeFeed
 from marketplace.db import DEADLINE_CHECK_STEPS, unicode_lower
+from marketplace.freshness import Stamp
 
 Row = Sequence[Any]
 AnySelect = Select[*tuple[Any, ...]]
@@ -369,15 +371,26 @@ class GenerationCounts:
     """Exact counts read under one generation of the data, kept until the generation moves.
 
     A count is kept under the generation seen *before* it was read, and only if no change was
-    announced meanwhile, so a count never outlives a write it may have missed. No generation (the
-    changes cannot be followed): nothing is kept.
+    announced meanwhile, so a count never outlives a write it may have missed; nor is it used once
+    its as-of time is older than the maximum age (`freshness.py`). An answer built with a kept
+    count is as old as the count. No generation (the changes cannot be followed): nothing is kept.
     """
 
-    def __init__(self, changes: ChangeFeed, max_entries: int = MAX_KEPT_COUNTS) -> None:
+    def __init__(
+        self,
+        changes: ChangeFeed,
+        max_entries: int = MAX_KEPT_COUNTS,
+        *,
+        max_age_seconds: float = math.inf,
+        clock: Callable[[], float] = freshness.clock,
+    ) -> None:
         self._changes = changes
         self._max_entries = max_entries
+        self._max_age_seconds = max_age_seconds
+        self.clock = clock
         self._generation: int | None = None
-        self._counts: OrderedDict[Hashable, int] = OrderedDict()
+        # key -> (count, as-of time)
+        self._counts: OrderedDict[Hashable, tuple[int, float]] = OrderedDict()
 
     def generation(self) -> int | None:
         current = self._changes.generation()
@@ -386,20 +399,27 @@ class GenerationCounts:
             self._generation = current
         return current
 
-    def get(self, key: Hashable) -> tuple[int | None, int | None]:
-        """The count kept for `key` (None when none is), and the generation to keep a fresh one under."""
+    def get(self, key: Hashable) -> tuple[int | None, Stamp | None]:
+        """The count kept for `key` (None when none is), and the stamp to keep a fresh one under."""
         generation = self.generation()
         if generation is None:
             return None, None
+        now = self.clock()
         found = self._counts.get(key)
-        if found is not None:
-            self._counts.move_to_end(key)
-        return found, generation
+        if found is None:
+            return None, Stamp(generation, now)
+        count, as_of = found
+        if now - as_of > self._max_age_seconds:
+            del self._counts[key]
+            return None, Stamp(generation, now)
+        self._counts.move_to_end(key)
+        freshness.read_proven_as_of(as_of)
+        return count, None
 
-    def keep(self, key: Hashable, generation: int, count: int) -> None:
-        if self.generation() != generation:
+    def keep(self, key: Hashable, stamp: Stamp, count: int) -> None:
+        if self.generation() != stamp.generation:
             return
-        self._counts[key] = count
+        self._counts[key] = (count, stamp.kept_as_of())
         self._counts.move_to_end(key)
         while len(self._counts) > self._max_entries:
             self._counts.popitem(last=False)

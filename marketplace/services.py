@@ -97,7 +97,7 @@ def build_services(settings: Settings) -> Services:
         logger.warning("MARKETPLACE_APP_KEY is unset: activity-log address hashes differ between processes")
         app_key = secrets.token_bytes(32)
     store = build_store(settings)
-    changes = change_feed_for(async_url(settings.database_url), settings.db_connect_timeout_seconds)
+    changes = change_feed_for(async_url(settings.database_url), engine, settings.db_connect_timeout_seconds)
     follow_own_commits(engine, changes)
     replica_engines = tuple(
         create_engine(
@@ -124,6 +124,7 @@ def build_services(settings: Settings) -> Services:
             changes,
             max_entries=settings.worker_cache_max_entries,
             max_bytes=settings.worker_cache_max_bytes,
+            max_age_seconds=settings.worker_cache_max_age_seconds,
         ),
         # Each call's total time is bounded by asyncio.timeout in the upstream clients; this one
         # bounds each phase so that a stalled connect never outlives that.
@@ -133,6 +134,9 @@ def build_services(settings: Settings) -> Services:
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         ),
         app_key=app_key,
-        reads=Reads(reader=reader, counts=GenerationCounts(changes)),
+        reads=Reads(
+            reader=reader,
+            counts=GenerationCounts(changes, max_age_seconds=settings.worker_cache_max_age_seconds),
+        ),
         replica_engines=replica_engines,
     )

@@ -176,7 +176,7 @@ def test_answers_keep_coming_while_redis_is_blocked_or_down(
             assert health.status_code == 200
             assert health.json() == {
                 "status": "degraded",
-                "checks": {"database": "ok", "redis": "failing"},
+                "checks": {"database": "ok", "redis": "failing", "changes": "ok"},
                 "degraded": [REDIS_DEGRADED],
             }
             redis_process.send_signal(signal.SIGCONT)
@@ -209,7 +209,7 @@ def test_service_recovers_by_itself_after_its_database_connections_drop(
             assert answers[-1].status_code == 200
             assert http.get("/up").json() == {
                 "status": "ok",
-                "checks": {"database": "ok", "redis": "ok"},
+                "checks": {"database": "ok", "redis": "ok", "changes": "ok"},
                 "degraded": [],
             }
     finally:

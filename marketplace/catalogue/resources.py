@@ -240,14 +240,14 @@ async def search_published(reads: Reads, *, q: str | None, page: int, per_page: 
     if q is not None and not storable(q):
         return SearchPage(rows=[], total=0)
     pattern = f"%{q}%" if q is not None else None
-    total, generation = reads.counts.get(pattern)
+    total, stamp = reads.counts.get(pattern)
     if total is None:
         counted = await (
             reads.reader.scan(LISTED_COUNT) if pattern is None else reads.reader.scan(MATCHING_COUNT, pattern)
         )
         total = int(counted[0][0])
-        if generation is not None:
-            reads.counts.keep(pattern, generation, total)
+        if stamp is not None:
+            reads.counts.keep(pattern, stamp, total)
     offset = (page - 1) * per_page
     if total <= offset:
         return SearchPage(rows=[], total=total)

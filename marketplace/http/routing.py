@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from marketplace.freshness import Stamp, answer_ended, answer_started
 from marketplace.http.errors import SERVER_ERROR_MESSAGE, ApiError
 from marketplace.http.input import RequestInput, read_input, read_query
 from marketplace.http.json import JsonAnswer, error_body
@@ -186,18 +187,19 @@ class ApiRouter:
             (name.lower().encode("latin-1"), value.encode("latin-1"))
             for name, value in limit_headers(counted).items()
         ]
-        generation: int | None = None
+        stamp: Stamp | None = None
         if route.cached:
             key = (route.name, scope["path"], scope["query_string"])
-            hit, generation = self.services.worker_cache.lookup(key)
+            hit, stamp = self.services.worker_cache.lookup(key)
             if hit is not None:
                 await hit.send(send, headers)
                 return
         request = Request(scope, receive)
+        building = None if stamp is None else answer_started(stamp.as_of)
         try:
             response = await route.endpoint(ApiCall(request, params, route, self.services, ip))
-            if generation is not None:
-                self.services.worker_cache.keep(key, generation, response)
+            if stamp is not None:
+                self.services.worker_cache.keep(key, stamp, response)
         except ApiError as error:
             response = Response(
                 error_body(error.message, error.errors),
@@ -215,5 +217,8 @@ class ApiRouter:
             response = Response(
                 error_body(SERVER_ERROR_MESSAGE), status_code=500, media_type="application/json"
             )
+        finally:
+            if building is not None:
+                answer_ended(building)
         response.raw_headers.extend(headers)
         await response(scope, receive, send)

@@ -4,21 +4,26 @@ An answer is kept as its final bytes, keyed by route name, path and raw query st
 generation of the data (`changes.py`): the first lookup in a new generation drops everything (a
 write is rare next to the reads, and any write may change any card: purchases, ratings, the
 current version). An answer is kept under the generation seen *before* it was read, so an answer
-read while a write committed is never served afterwards. Bounded in entries and bytes (least
-recently used first out); answers and keys beyond a size are not kept at all.
+read while a write committed is never served afterwards. Whatever the notices do, an answer is
+not served once its as-of time is older than the maximum age (`freshness.py`). Bounded in
+entries and bytes (least recently used first out); answers and keys beyond a size are not kept.
 
 Only 200 answers of routes marked `cached` are kept; the limiters run before every lookup.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.responses import Response
 from starlette.types import Send
 
+from marketplace import freshness
 from marketplace.changes import ChangeFeed
+from marketplace.freshness import Stamp
 from marketplace.telemetry.metrics import WORKER_CACHE_BYTES, WORKER_CACHE_LOOKUPS
 
 CacheKey = tuple[str, str, bytes]
@@ -30,6 +35,7 @@ _ENTRY_OVERHEAD_BYTES = 200
 
 _HIT = WORKER_CACHE_LOOKUPS.labels("hit")
 _MISS = WORKER_CACHE_LOOKUPS.labels("miss")
+_EXPIRED = WORKER_CACHE_LOOKUPS.labels("expired")
 _OFF = WORKER_CACHE_LOOKUPS.labels("off")
 
 
@@ -37,6 +43,8 @@ _OFF = WORKER_CACHE_LOOKUPS.labels("off")
 class CachedAnswer:
     body: bytes
     raw_headers: tuple[tuple[bytes, bytes], ...]
+    # Not served once this is older than the cache's maximum age (`freshness.py`).
+    as_of: float
 
     async def send(self, send: Send, more_headers: list[tuple[bytes, bytes]]) -> None:
         """Send the cached answer, with `more_headers` after its own."""
@@ -47,10 +55,20 @@ class CachedAnswer:
 
 
 class WorkerCache:
-    def __init__(self, changes: ChangeFeed, *, max_entries: int, max_bytes: int) -> None:
+    def __init__(
+        self,
+        changes: ChangeFeed,
+        *,
+        max_entries: int,
+        max_bytes: int,
+        max_age_seconds: float = math.inf,
+        clock: Callable[[], float] = freshness.clock,
+    ) -> None:
         self.changes = changes
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.max_age_seconds = max_age_seconds
+        self.clock = clock
         self.enabled = max_entries > 0 and max_bytes > 0
         self._entries: OrderedDict[CacheKey, CachedAnswer] = OrderedDict()
         self._bytes = 0
@@ -66,38 +84,51 @@ class WorkerCache:
             self._generation = current
         return current
 
-    def lookup(self, key: CacheKey) -> tuple[CachedAnswer | None, int | None]:
-        """The answer cached for `key`, and the generation to keep a fresh answer under."""
+    def lookup(self, key: CacheKey) -> tuple[CachedAnswer | None, Stamp | None]:
+        """The answer cached for `key`, and the stamp to keep a fresh answer under (None: don't)."""
         generation = self.generation()
         if generation is None:
             if self.enabled:
                 _OFF.inc()
             return None, None
+        now = self.clock()
         found = self._entries.get(key)
         if found is None:
             _MISS.inc()
-            return None, generation
+            return None, Stamp(generation, now)
+        if now - found.as_of > self.max_age_seconds:
+            self._drop(key, found)
+            _EXPIRED.inc()
+            return None, Stamp(generation, now)
         self._entries.move_to_end(key)
         _HIT.inc()
-        return found, generation
+        return found, None
 
-    def keep(self, key: CacheKey, generation: int, response: Response) -> None:
-        """Keep a 200 answer read under `generation`, unless the data moved on meanwhile."""
-        if response.status_code != 200 or self.generation() != generation:
+    def keep(self, key: CacheKey, stamp: Stamp, response: Response) -> None:
+        """Keep a 200 answer read under `stamp`, unless the data moved on meanwhile."""
+        if response.status_code != 200 or self.generation() != stamp.generation:
             return
-        answer = CachedAnswer(bytes(response.body), tuple(response.raw_headers))
+        as_of = stamp.kept_as_of()
+        if self.clock() - as_of > self.max_age_seconds:
+            return
+        answer = CachedAnswer(bytes(response.body), tuple(response.raw_headers), as_of)
         size = _size(key, answer)
         # One answer never takes more than a sixteenth of the budget: big pages are not worth it.
         if len(key[1]) + len(key[2]) > MAX_KEY_BYTES or size > self.max_bytes // 16:
             return
-        previous = self._entries.pop(key, None)
+        previous = self._entries.get(key)
         if previous is not None:
-            self._bytes -= _size(key, previous)
+            self._drop(key, previous)
         self._entries[key] = answer
         self._bytes += size
         while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
             old_key, old = self._entries.popitem(last=False)
             self._bytes -= _size(old_key, old)
+        WORKER_CACHE_BYTES.set(self._bytes)
+
+    def _drop(self, key: CacheKey, answer: CachedAnswer) -> None:
+        del self._entries[key]
+        self._bytes -= _size(key, answer)
         WORKER_CACHE_BYTES.set(self._bytes)
 
     def clear(self) -> None:

@@ -7,13 +7,24 @@ carry a `fields` mapping (the access log does); JSON lines hold those fields at 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from contextvars import ContextVar
+from collections.abc import Coroutine
+from contextvars import Context, ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+
+def start_background(work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """Run `work` as a task of its own, outside any request: its log lines carry no request id.
+
+    A task started while a request is served would otherwise copy that request's context.
+    """
+    return asyncio.get_running_loop().create_task(work, context=Context())
+
 
 LogFormat = Literal["json", "text"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"

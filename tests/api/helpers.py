@@ -11,6 +11,7 @@ import httpx
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from marketplace.changes import PROBE_STATEMENT
 from marketplace.config import Settings
 from marketplace.fixtures.loader import load_document
 from marketplace.readers import observed_reads
@@ -43,11 +44,15 @@ class Clock:
 
 @contextmanager
 def recorded_statements(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The SQL statements the engine and its worker's reader run inside the block."""
+    """The SQL statements the engine and its worker's reader run inside the block.
+
+    The change feed's probe notices, sent every few seconds whatever the requests do, are left out.
+    """
     statements: list[str] = []
 
     def record(_connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        statements.append(statement)
+        if statement != PROBE_STATEMENT:
+            statements.append(statement)
 
     event.listen(engine.sync_engine, "before_cursor_execute", record)
     try:
