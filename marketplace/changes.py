@@ -238,13 +238,17 @@ class PostgresChangeFeed:
 
     async def _follow(self) -> None:
         while True:
+            was_proven = self._proven
             try:
                 await self._listen_until_lost()
             except asyncio.CancelledError:
                 raise
             except Exception as error:
                 self._not_proven(f"{type(error).__name__}: {error}")
-            await asyncio.sleep(RECONNECT_DELAY_SECONDS)
+            # A connection lost after it was proven (a restart, a pooler's recycling) is replaced
+            # at once; failing attempts are repeated every second.
+            if not was_proven:
+                await asyncio.sleep(RECONNECT_DELAY_SECONDS)
 
     async def _listen_until_lost(self) -> None:
         import asyncpg  # type: ignore[import-untyped]  # the driver, loaded where PostgreSQL is used

@@ -15,6 +15,7 @@ from sqlalchemy import event, text
 from marketplace.config import Settings
 from marketplace.db import create_engine
 from marketplace.fixtures.loader import load_document
+from marketplace.freshness import Stamp
 from marketplace.models import Base
 from marketplace.readers import GenerationCounts, SqliteReader
 from marketplace.services import Services, build_services
@@ -50,10 +51,10 @@ async def uncached(settings: Settings) -> AsyncIterator[tuple[Services, httpx.As
     await load_document(services.engine, catalogue())
     try:
         async with make_client(services) as client:
-            for _ in range(200):  # PostgreSQL follows changes from its first lookup on
-                if services.worker_cache.changes.generation() is not None:
-                    break
-                await asyncio.sleep(0.01)
+            # PostgreSQL follows changes once its first probe notice has come back.
+            services.worker_cache.changes.generation()
+            async with asyncio.timeout(10):
+                await services.worker_cache.changes.proven()
             yield services, client
     finally:
         await services.close()
@@ -120,16 +121,16 @@ def test_a_count_read_while_the_data_changed_is_not_kept() -> None:
             return None
 
     feed = Feed()
-    counts = GenerationCounts(feed, max_entries=2)
-    assert counts.get("listed") == (None, 1)
+    counts = GenerationCounts(feed, max_entries=2, clock=lambda: 5.0)
+    assert counts.get("listed") == (None, Stamp(1, 5.0))
     feed.current = 2  # a write committed while the count was read
-    counts.keep("listed", 1, 10)
-    assert counts.get("listed") == (None, 2)
-    counts.keep("listed", 2, 9)
-    assert counts.get("listed") == (9, 2)
+    counts.keep("listed", Stamp(1, 5.0), 10)
+    assert counts.get("listed") == (None, Stamp(2, 5.0))
+    counts.keep("listed", Stamp(2, 5.0), 9)
+    assert counts.get("listed") == (9, None)
     for key in ("a", "b"):
-        counts.keep(key, 2, 1)
-    assert len(counts) == 2 and counts.get("listed") == (None, 2)  # bounded, oldest first out
+        counts.keep(key, Stamp(2, 5.0), 1)
+    assert len(counts) == 2 and counts.get("listed") == (None, Stamp(2, 5.0))  # bounded, oldest first out
     feed.current = None  # changes cannot be followed: nothing is kept
     assert counts.get("a") == (None, None)
 
