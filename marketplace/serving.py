@@ -134,6 +134,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # Bytes of the current body still to come when its length is declared.
         self._body_left: int | None = None
         self._head_timer: asyncio.TimerHandle | None = None
+        # A head refused while earlier requests of the connection are still being answered.
+        self._refusal: tuple[int, bytes] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.holds_place:
@@ -161,6 +163,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # The parser is fed piece by piece, each ending where a head may end (an empty line) or
         # where a declared body ends: a piece then lies wholly in one head or in one body, and the
         # head of a request pipelined behind another is counted from its first byte.
+        if self._refusal is not None:
+            return  # the connection ends once the earlier requests are answered
         start = 0
         while start < len(data):
             end = self._piece_end(data, start)
@@ -176,7 +180,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             elif self._body_left is not None:
                 self._body_left -= len(piece)
             super().data_received(piece)
-            if self.transport.is_closing():
+            if self.transport.is_closing() or self._refusal is not None:
                 return
         self._tail = (self._tail + data)[-(len(_HEAD_END) - 1) :]
 
@@ -231,12 +235,30 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         else:
             self.transport.close()  # a connection that never sent a byte gets no answer
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._refusal is not None and not self._answering():
+            self._answer_refusal(*self._refusal)
+
+    def _answering(self) -> bool:
+        """Whether a request of this connection is still being answered (or waits its turn)."""
+        return bool(self.pipeline) or (self.cycle is not None and not self.cycle.response_complete)
+
     def _refuse(self, status: int, reason: bytes) -> None:
         from marketplace.telemetry.metrics import REFUSED_HEADS
 
         self._disarm_head_timer()
         REFUSED_HEADS.labels(str(status)).inc()
         self.logger.warning("request head refused: %d %s", status, reason.decode("ascii"))
+        if self._answering():
+            # The requests before this head get their answers first, in order; nothing more is read.
+            self._refusal = (status, reason)
+            self.flow.pause_reading()
+            return
+        self._answer_refusal(status, reason)
+
+    def _answer_refusal(self, status: int, reason: bytes) -> None:
+        self._unset_keepalive_if_required()
         body = reason
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
