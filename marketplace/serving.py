@@ -36,7 +36,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 # far beyond any client of this API.
 MAX_HEAD_BYTES = 64 * 1024
 _HEAD_END = b"\r\n\r\n"
-_TLS_READ_AHEAD_BYTES = 64 * 1024
 # After a burst, the memory it took is handed back at most this often.
 _TRIM_INTERVAL_SECONDS = 5.0
 
@@ -314,11 +313,6 @@ class TlsHandshake(asyncio.Protocol):
         if secured is None:
             protocol.give_back_place()
             return
-        # The TLS layer reads ahead up to 256 KiB of a client the HTTP protocol has stopped
-        # reading; a quarter of that keeps a stalled client's cost near that of plain HTTP.
-        read_ahead = getattr(secured, "set_read_buffer_limits", None)
-        if read_ahead is not None:
-            read_ahead(high=_TLS_READ_AHEAD_BYTES)
         protocol.connection_made(secured)
 
 
