@@ -105,6 +105,7 @@ def build_app(settings: Settings | None = None, services: Services | None = None
         access_log=settings.access_log,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_seconds=settings.read_timeout_seconds,
+        max_buffered_body_bytes=settings.max_buffered_body_bytes,
     )
 
 

@@ -200,6 +200,7 @@ def serve(
             "marketplace.app:create_app",
             factory=True,
             http=BoundedHttpToolsProtocol,
+            loop="marketplace.serving:bounded_loop",
             host=host,
             port=port,
             workers=workers,

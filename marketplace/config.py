@@ -59,6 +59,11 @@ class Settings(BaseSettings):
     # Longest time a client may take to send a request: its head from its first byte, then its body
     # (408 after that; a connection that sends nothing is closed).
     read_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Each worker's open connections (TLS handshakes included); past it new ones are closed at once.
+    max_connections: int = Field(default=256, ge=1)
+    # Request body bytes one worker holds at once, over all its requests; a body that does not fit
+    # waits for room within the read timeout (408 after it). At least `max_body_bytes`.
+    max_buffered_body_bytes: int = Field(default=16 * 1024 * 1024, ge=0, validate_default=True)
     # Limiter windows (and cached answers) the in-process store keeps exactly; beyond, see stores.py.
     memory_store_max_keys: int = Field(default=100_000, ge=1)
     # Each worker's cache of encoded catalogue answers (0 entries or bytes: no cache).
@@ -105,6 +110,16 @@ class Settings(BaseSettings):
         problem = name_problem(value, other=str(info.data.get("chat_name", "")))
         if problem:
             raise ValueError(problem)
+        return value
+
+    @field_validator("max_buffered_body_bytes")
+    @classmethod
+    def _room_for_the_largest_body(cls, value: int, info: ValidationInfo) -> int:
+        largest = info.data.get("max_body_bytes")
+        if isinstance(largest, int) and value < largest:
+            raise ValueError(
+                "must be at least MARKETPLACE_MAX_BODY_BYTES, or a body that may come never fits"
+            )
         return value
 
     @field_validator("ssl_keyfile")

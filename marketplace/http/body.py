@@ -6,11 +6,17 @@ that does not arrive within the body timeout is answered 408. The edge (`edge.py
 here, before routing, so that no handler (and no database connection a handler holds) ever waits
 on a slow client; handlers then read it from memory. Under `/api` the refusals are the error
 object (`{"message": ...}`); elsewhere plain text. Nothing else of the request is looked at here.
+
+The bodies a worker holds at once, over all its requests, are bounded too (`BodyBudget`): a body
+takes its room before it is read (its declared length, or chunk by chunk) and keeps it until its
+request is answered. A body that does not fit waits, reading nothing, until others give room back;
+it is answered 408 if the read timeout passes first, as a client too slow to send it would be.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 from starlette.types import Message, Receive, Scope, Send
 
@@ -35,6 +41,71 @@ class ClientGone(Exception):
     """The client disconnected before its body arrived: nothing to answer."""
 
 
+class BodyBudget:
+    """The request body bytes one worker holds at once; room is given in the order it was asked."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.free = limit
+        self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    def lease(self) -> BodyLease:
+        return BodyLease(self)
+
+    async def take(self, size: int) -> None:
+        if not self._waiting and size <= self.free:
+            self.free -= size
+            return
+        from marketplace.telemetry.metrics import BODY_BUDGET_WAITS
+
+        entry = (size, asyncio.get_running_loop().create_future())
+        self._waiting.append(entry)
+        try:
+            await entry[1]
+        except BaseException:
+            if entry in self._waiting:
+                self._waiting.remove(entry)
+                self._grant()
+            elif entry[1].done() and not entry[1].cancelled():
+                self.give_back(size)  # granted, but its request gave up meanwhile
+            BODY_BUDGET_WAITS.labels("timed_out").inc()
+            raise
+        BODY_BUDGET_WAITS.labels("granted").inc()
+
+    def give_back(self, size: int) -> None:
+        self.free += size
+        self._grant()
+        if self.free == self.limit:
+            from marketplace.serving import memory_returner
+
+            memory_returner().released()
+
+    def _grant(self) -> None:
+        while self._waiting and self._waiting[0][0] <= self.free:
+            size, granted = self._waiting.popleft()
+            self.free -= size
+            granted.set_result(None)
+
+
+class BodyLease:
+    """The room one request's body holds in the worker's `BodyBudget`."""
+
+    def __init__(self, budget: BodyBudget) -> None:
+        self._budget = budget
+        self.held = 0
+
+    async def hold(self, size: int) -> None:
+        """Hold room for `size` bytes in all (waiting for it if need be)."""
+        if size > self.held:
+            await self._budget.take(size - self.held)
+            self.held = size
+
+    def give_back(self) -> None:
+        if self.held:
+            held, self.held = self.held, 0
+            self._budget.give_back(held)
+
+
 def has_body(scope: Scope) -> bool:
     """Whether the request announces a body (a length above zero, or chunks)."""
     for name, value in scope.get("headers", ()):
@@ -44,9 +115,10 @@ def has_body(scope: Scope) -> bool:
 
 
 async def read_capped_body(
-    scope: Scope, receive: Receive, *, max_bytes: int, timeout_seconds: float
+    scope: Scope, receive: Receive, *, max_bytes: int, timeout_seconds: float, lease: BodyLease
 ) -> Receive:
-    """A `receive` replaying the whole body, read now; raises `BodyRefused` or `ClientGone`."""
+    """A `receive` replaying the whole body, read now, its room held in `lease` (given back by the
+    caller once the request is answered); raises `BodyRefused` or `ClientGone`."""
     declared = _declared_length(scope)
     if declared is not None and declared > max_bytes:
         raise BodyRefused(413, TOO_LARGE_MESSAGE)
@@ -54,6 +126,8 @@ async def read_capped_body(
     size = 0
     try:
         async with asyncio.timeout(timeout_seconds):
+            if declared is not None:
+                await lease.hold(declared)
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
@@ -62,6 +136,7 @@ async def read_capped_body(
                 size += len(chunk)
                 if size > max_bytes:
                     raise BodyRefused(413, TOO_LARGE_MESSAGE)
+                await lease.hold(size)
                 chunks.append(chunk)
                 if not message.get("more_body", False):
                     return _replay(b"".join(chunks), receive)

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from marketplace.http.body import (
     BODY_REFUSED_ROUTE,
+    BodyBudget,
     BodyRefused,
     ClientGone,
     answer_refusal,
@@ -53,12 +54,14 @@ class HttpEdge:
         access_log: bool,
         max_body_bytes: int,
         body_timeout_seconds: float,
+        max_buffered_body_bytes: int,
     ) -> None:
         self.app = app
         self.trusted_proxies = trusted_proxies
         self.recorder = RequestRecorder(access_log=access_log)
         self.max_body_bytes = max_body_bytes
         self.body_timeout_seconds = body_timeout_seconds
+        self.body_budget = BodyBudget(max_buffered_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,6 +79,7 @@ class HttpEdge:
         strip_body = scope["method"] == "HEAD"
         status: int | None = None
         sent_bytes = 0
+        body_lease = self.body_budget.lease()
 
         async def edge_send(message: Message) -> None:
             nonlocal status, sent_bytes
@@ -115,6 +119,7 @@ class HttpEdge:
                         receive,
                         max_bytes=self.max_body_bytes,
                         timeout_seconds=self.body_timeout_seconds,
+                        lease=body_lease,
                     )
                 except BodyRefused as refused:
                     set_route_name(scope, BODY_REFUSED_ROUTE)
@@ -130,5 +135,6 @@ class HttpEdge:
                     raise
                 await answer_server_error(edge_send, api)
         finally:
+            body_lease.give_back()
             self.recorder.record(scope, state, status, sent_bytes, time.perf_counter() - started, identifier)
             REQUEST_ID.reset(token)

@@ -45,6 +45,17 @@ REFUSED_HEADS = Counter(
     "(431) or not complete in time (408).",
     ["status"],
 )
+REFUSED_CONNECTIONS = Counter(
+    "marketplace_http_refused_connections_total",
+    "Connections closed as soon as accepted, before a byte was read, because the worker held "
+    "MARKETPLACE_MAX_CONNECTIONS already.",
+)
+BODY_BUDGET_WAITS = Counter(
+    "marketplace_http_body_budget_waits_total",
+    "Request bodies that had to wait for room under MARKETPLACE_MAX_BUFFERED_BODY_BYTES, by "
+    "outcome (granted; timed_out: answered 408; gone: the client left).",
+    ["outcome"],
+)
 LIMITER_REFUSALS = Counter(
     "marketplace_rate_limit_refusals_total",
     "Requests refused with 429, by the limiter that refused them.",

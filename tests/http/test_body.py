@@ -15,6 +15,7 @@ from starlette.types import Message
 from marketplace.app import build_app
 from marketplace.config import Settings
 from marketplace.fixtures.loader import load_document
+from marketplace.http.body import BodyBudget, BodyRefused, read_capped_body
 from marketplace.services import Services, build_services
 from tests.asgi import http_scope
 from tests.catalogue import MEMBER_CHAT_ID, catalogue
@@ -238,3 +239,48 @@ async def test_a_client_gone_while_sending_its_body_gets_no_answer(capped: Setti
 async def test_requests_without_a_body_pass_untouched(empty_client: httpx.AsyncClient) -> None:
     response = await empty_client.post("/api/v1/licence/KEY")
     assert response.status_code == 200
+
+
+def body_scope(length: int) -> dict[str, Any]:
+    return {"type": "http", "path": "/api/v1/chat", "headers": [(b"content-length", str(length).encode())]}
+
+
+async def test_a_body_that_finds_no_room_within_the_read_timeout_is_408() -> None:
+    budget = BodyBudget(100)
+    holder = budget.lease()
+    await holder.hold(100)
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"x" * 50, "more_body": False}
+
+    with pytest.raises(BodyRefused) as refused:
+        await read_capped_body(
+            body_scope(50), receive, max_bytes=100, timeout_seconds=0.2, lease=budget.lease()
+        )
+    assert (refused.value.status, refused.value.message) == (408, "Request Timeout.")
+    holder.give_back()
+    assert budget.free == 100  # the abandoned wait keeps no room
+
+
+async def test_body_room_is_given_in_the_order_it_was_asked() -> None:
+    budget = BodyBudget(100)
+    first = budget.lease()
+    await first.hold(80)
+    granted: list[str] = []
+
+    async def wait_for(name: str, size: int) -> None:
+        await budget.lease().hold(size)
+        granted.append(name)
+
+    waiting = [asyncio.ensure_future(wait_for("large", 50)), asyncio.ensure_future(wait_for("small", 10))]
+    await asyncio.sleep(0.05)
+    assert granted == []  # the small body fits, but waits behind the large one
+    first.give_back()
+    await asyncio.gather(*waiting)
+    assert granted == ["large", "small"]
+    assert budget.free == 40
+
+
+def test_the_body_budget_holds_at_least_the_largest_body() -> None:
+    with pytest.raises(ValueError, match="MARKETPLACE_MAX_BODY_BYTES"):
+        Settings(_env_file=None, max_body_bytes=2048, max_buffered_body_bytes=1024)  # type: ignore[call-arg]
