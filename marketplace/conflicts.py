@@ -18,8 +18,9 @@ The lock order, for every transaction that writes (the API's grant and the back 
 
 What the order cannot rule out (a lock graph outside the service, a `psql` session, a
 serialization failure) is retried here, in one place: `retrying` runs the whole transaction again
-on a deadlock (SQLSTATE 40P01), a serialization failure (40001) or SQLite's busy database, at
-most `ATTEMPTS` times. A transaction is a function that opens its own session, so that a retry
+on a deadlock (SQLSTATE 40P01), a serialization failure (40001) or SQLite's stale snapshot, at
+most `ATTEMPTS` times; SQLite's busy database (its writers wait for each other up to a bound, see
+`db.py`) is a conflict given up at once. A transaction is a function that opens its own session, so that a retry
 starts from nothing: what the failed attempt wrote was rolled back with it, and its change notice
 (sent inside the transaction, `changes.py`) went nowhere. Nothing outside the transaction (an
 HTTP answer, an operator's report, a log line) happens before it commits, hence once. After the
@@ -54,16 +55,33 @@ class WriteConflict(Exception):
 
 
 def is_write_conflict(error: BaseException) -> bool:
-    """Whether the database refused the transaction for a concurrent one (worth running again)."""
+    """Whether the database refused the transaction for a concurrent one."""
     if not isinstance(error, DBAPIError):
         return False
     original = error.orig
     if getattr(original, "sqlstate", None) in CONFLICT_SQLSTATES:
         return True
+    # SQLITE_BUSY and its extended codes ("database is locked").
+    return (
+        isinstance(original, sqlite3.OperationalError)
+        and _sqlite_code(original) & 0xFF == sqlite3.SQLITE_BUSY
+    )
+
+
+def worth_retrying(error: DBAPIError) -> bool:
+    """A conflict another attempt may not meet. SQLite's plain busy is not one: the writer waited
+    for the lock the whole bound already (`db.py`); a stale snapshot (BUSY_SNAPSHOT) is."""
+    original = error.orig
     if isinstance(original, sqlite3.OperationalError):
-        # SQLITE_BUSY and its extended codes ("database is locked").
-        return (getattr(original, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
-    return False
+        return _sqlite_code(original) == SQLITE_BUSY_SNAPSHOT
+    return True
+
+
+SQLITE_BUSY_SNAPSHOT = 517
+
+
+def _sqlite_code(error: sqlite3.OperationalError) -> int:
+    return int(getattr(error, "sqlite_errorcode", 0) or 0)
 
 
 async def retrying(transaction: Callable[[], Awaitable[T]], *, attempts: int = ATTEMPTS) -> T:
@@ -74,10 +92,11 @@ async def retrying(transaction: Callable[[], Awaitable[T]], *, attempts: int = A
         except DBAPIError as error:
             if not is_write_conflict(error):
                 raise
-            if attempt == attempts:
+            if attempt == attempts or not worth_retrying(error):
                 DB_WRITE_CONFLICTS.labels("gave_up").inc()
+                tries = f"{attempt} attempts" if attempt > 1 else "1 attempt"
                 raise WriteConflict(
-                    f"the change conflicted with concurrent changes {attempts} times; nothing was written"
+                    f"the change conflicted with concurrent changes ({tries}); nothing was written"
                 ) from error
             DB_WRITE_CONFLICTS.labels("retried").inc()
         await asyncio.sleep(random.uniform(0.5, 1.5) * BACKOFF_SECONDS * attempt)

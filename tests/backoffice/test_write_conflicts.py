@@ -6,11 +6,12 @@ refusal line (marketplace/conflicts.py)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import make_url, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.models import Access, Payment
@@ -18,6 +19,7 @@ from tests.backoffice.conftest import BackOffice, CommandResult
 from tests.catalogue import MEMBER_CHAT_ID, OWNER_CHAT_ID, PAID_UID
 from tests.conftest import GRANT_SECRET, Loader
 from tests.interleavings import finished_or_waiting, pauses
+from tests.profiles import sqlite_only
 
 ALICE_ID = 1  # OWNER_CHAT_ID; no access to resource 7
 BOB_ID = 2  # MEMBER_CHAT_ID; revoked gift access 4 to resource 8, purchase access 1 to resource 1
@@ -226,3 +228,25 @@ async def test_operators_racing_the_bot_give_no_500_and_no_traceback(
         for answer in answers:
             assert_answered(answer)
         assert_done_or_refused(result)
+
+
+@sqlite_only
+async def test_an_operator_write_that_finds_the_database_locked_is_one_refusal_line(
+    back_office: BackOffice, api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer holds SQLite's write lock past the command's wait: one line, exit 1, no
+    driver text."""
+    monkeypatch.setattr("marketplace.db.COMMAND_LOCK_WAIT_SECONDS", 0.2)
+    database = make_url(back_office.settings.database_url).database
+    assert database is not None
+    holder = sqlite3.connect(database, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        result = await back_office("accesses", "grant", str(ALICE_ID), "7")
+    finally:
+        holder.close()
+    assert_done_or_refused(result)
+    assert result.stderr == (
+        "marketplace: the change conflicted with concurrent changes (1 attempt); nothing was written;"
+        " run the command again\n"
+    )
