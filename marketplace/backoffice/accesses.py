@@ -88,7 +88,9 @@ async def revoke(session: AsyncSession, user_reference: str, resource_reference:
 
 async def _locked_access(session: AsyncSession, user: User, resource: Resource) -> Access | None:
     return await session.scalar(
-        select(Access).where(Access.user_id == user.id, Access.resource_id == resource.id).with_for_update()
+        select(Access)
+        .where(Access.user_id == user.id, Access.resource_id == resource.id)
+        .with_for_update(key_share=True)
     )
 
 

@@ -1,8 +1,8 @@
 """One back-office action: one transaction, an activity-log entry per change, or a refusal.
 
-An action reads what it changes with a row lock (PostgreSQL; SQLite serialises its writers), checks
-that the change is allowed, writes it and describes it as a `Change`: what it acted on, the row's
-fields before and after. `perform` logs each change under the operator's name in the same
+An action reads what it changes with a row lock (PostgreSQL; SQLite serialises its writers), taken
+in the lock order of `marketplace/conflicts.py`, checks that the change is allowed, writes it and
+describes it as a `Change`: what it acted on, the row's fields before and after. `perform` logs each change under the operator's name in the same
 transaction and commits; a `Refused` action rolls back, so a refusal writes nothing.
 
 The service's workers see the commit at once: every transaction that writes announces itself
@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.sql import Executable
 
+from marketplace.conflicts import retrying
 from marketplace.db import session_factory
 from marketplace.models import Activity, utcnow
 
@@ -71,7 +72,13 @@ Action = Callable[[AsyncSession], Awaitable[Sequence[Change]]]
 
 
 async def perform(engine: AsyncEngine, action: Action, *, by: str, via: str) -> list[Logged]:
-    """Run `action` in one transaction and log each of its changes as done by `by` through `via`."""
+    """Run `action` in one transaction and log each of its changes as done by `by` through `via`;
+    a transaction that meets a concurrent write is run again whole (`marketplace/conflicts.py`),
+    and `WriteConflict` after the last attempt."""
+    return await retrying(lambda: _perform_once(engine, action, by=by, via=via))
+
+
+async def _perform_once(engine: AsyncEngine, action: Action, *, by: str, via: str) -> list[Logged]:
     async with session_factory(engine)() as session:
         try:
             changes = await action(session)

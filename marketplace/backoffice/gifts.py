@@ -117,7 +117,7 @@ async def set_enabled(session: AsyncSession, code: str, enabled: bool) -> Change
     gift = None
     if storable(code, CODE_LENGTH):
         gift = await session.scalar(
-            select(Gift).where(func.lower(Gift.code) == code.lower()).with_for_update()
+            select(Gift).where(func.lower(Gift.code) == code.lower()).with_for_update(key_share=True)
         )
     if gift is None:
         raise Refused(f"no gift code {code!r}")

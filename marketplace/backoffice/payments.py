@@ -110,7 +110,7 @@ async def prune_checkouts(session: AsyncSession, older_than: timedelta) -> list[
             select(Payment)
             .where(Payment.status == PENDING, Payment.created_at < cutoff)
             .order_by(Payment.id)
-            .with_for_update()
+            .with_for_update(key_share=True)
         )
     ).all()
     changes = []
@@ -141,7 +141,9 @@ async def _locked_payment(session: AsyncSession, uid: str) -> Payment:
     reference = uid.strip().upper()
     payment = None
     if is_ulid(reference):
-        payment = await session.scalar(select(Payment).where(Payment.uid == reference).with_for_update())
+        payment = await session.scalar(
+            select(Payment).where(Payment.uid == reference).with_for_update(key_share=True)
+        )
     if payment is None:
         raise Refused(f"no payment {uid!r}")
     return payment
@@ -156,7 +158,7 @@ async def _grant_purchase(
     access = await session.scalar(
         select(Access)
         .where(Access.user_id == payment.buyer_id, Access.resource_id == payment.resource_id)
-        .with_for_update()
+        .with_for_update(key_share=True)
     )
     now = utcnow()
     after = {"source": AccessSource.PURCHASE.value, "payment_id": payment.id, "revoked": False}
@@ -212,7 +214,7 @@ async def _revoke_purchase(
         .where(or_(backed_by_it, unlinked_purchase), Access.revoked.is_(False))
         .order_by(Access.payment_id.is_(None), Access.id)
         .limit(1)
-        .with_for_update()
+        .with_for_update(key_share=True)
     )
     if access is None:
         return None, None

@@ -44,7 +44,7 @@ async def locked_by_id(session: AsyncSession, model: type[Row], reference: str, 
     row_id = parse_id(reference)
     row = None
     if row_id is not None:
-        row = await session.scalar(select(model).where(model.id == row_id).with_for_update())
+        row = await session.scalar(select(model).where(model.id == row_id).with_for_update(key_share=True))
     if row is None:
         raise Refused(f"no {what} {reference!r}")
     return row

@@ -3,18 +3,20 @@
 At most one access row exists per member and resource (a unique constraint). A grant creates the
 row, or reactivates a revoked one; an active one is left as it is. The grant writes before it
 reads anything (an insert that yields on conflict, then a conditional update), so concurrent
-grants of the same pair serialise on the row and exactly one of them reports a change.
+grants of the same pair serialise on the row and exactly one of them reports a change. Before it
+writes, it locks the member's and the resource's rows `FOR KEY SHARE`, in the lock order of
+`marketplace/conflicts.py`, so that it takes no lock on them after the access's.
 """
 
 from __future__ import annotations
 
 import enum
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace.db import dialect_insert
-from marketplace.models import Access, AccessSource, Activity, utcnow
+from marketplace.models import Access, AccessSource, Activity, Resource, User, utcnow
 
 GRANTED_EVENT = "access.granted"
 
@@ -53,6 +55,14 @@ async def activate_manual_access(session: AsyncSession, *, user_id: int, resourc
     """The grant's write, without commit or log: create the access, or reactivate a revoked one, as
     manual and without a payment; the access id, or None when an active access exists (nothing written)."""
     now = utcnow()
+    # The locks the foreign-key checks of the insert (and of the activity entry) would take after
+    # the access's, taken first (a no-op on SQLite, which serialises its writers).
+    await session.execute(
+        select(User.id).where(User.id == user_id).with_for_update(read=True, key_share=True)
+    )
+    await session.execute(
+        select(Resource.id).where(Resource.id == resource_id).with_for_update(read=True, key_share=True)
+    )
     insert = dialect_insert(session.get_bind().dialect.name)
     created = await session.execute(
         insert(Access)

@@ -109,6 +109,12 @@ DB_POOL_TIMEOUTS = Counter(
     "marketplace_db_pool_timeouts_total",
     "Requests that found no free database connection within the pool timeout.",
 )
+DB_WRITE_CONFLICTS = Counter(
+    "marketplace_db_write_conflicts_total",
+    "Write transactions the database refused for a conflict with a concurrent one (deadlock, "
+    "serialization failure, SQLite busy), by outcome: retried, or given up after the last attempt.",
+    ["outcome"],
+)
 READ_REPLICA_FAILURES = Counter(
     "marketplace_read_replica_failures_total",
     "Failed reads and catch-up checks of read replicas; their reads go to the primary meanwhile.",

@@ -10,7 +10,8 @@ from starlette.responses import Response
 from marketplace.api.v1.bindings import bound_resource
 from marketplace.api.v1.objects import access_object, storage_url
 from marketplace.catalogue import members
-from marketplace.catalogue.access_grants import grant_access
+from marketplace.catalogue.access_grants import GrantOutcome, grant_access
+from marketplace.conflicts import retrying
 from marketplace.http.errors import ApiError, NotFound
 from marketplace.http.json import EncodedJsonAnswer, JsonAnswer, encode
 from marketplace.http.routing import ApiCall
@@ -65,20 +66,25 @@ async def grant(call: ApiCall) -> Response:
     services = call.services
     # Read before a connection is taken (the body is in memory already; see http/body.py).
     password = (await call.input()).get("custom_password")
-    async with services.write_sessions() as session:
-        resource = await bound_resource(session, call.params["resource"])
-        if not secret_matches(password, services.settings.chat_grant_secret):
-            raise ApiError(403, "")
-        user = await members.member_by_chat_id(session, call.params["user"])
-        if user is None:
-            raise NotFound()
-        outcome = await grant_access(
-            session,
-            user_id=user.id,
-            resource_id=resource.id,
-            via=call.route.name,
-            ip_hash=services.hash_ip(call.client_ip),
-        )
+
+    async def transaction() -> GrantOutcome:
+        async with services.write_sessions() as session:
+            resource = await bound_resource(session, call.params["resource"])
+            if not secret_matches(password, services.settings.chat_grant_secret):
+                raise ApiError(403, "")
+            user = await members.member_by_chat_id(session, call.params["user"])
+            if user is None:
+                raise NotFound()
+            return await grant_access(
+                session,
+                user_id=user.id,
+                resource_id=resource.id,
+                via=call.route.name,
+                ip_hash=services.hash_ip(call.client_ip),
+            )
+
+    # A write that meets an operator's is run again whole (marketplace/conflicts.py).
+    outcome = await retrying(transaction)
     return JsonAnswer({"message": outcome.value})
 
 

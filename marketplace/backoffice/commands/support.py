@@ -3,7 +3,8 @@
 Every command that changes data runs one action (`actions.perform`): one transaction, an
 activity-log entry per change under the operator's name (`--by`, else the system user), a line
 per change on standard output (`--json`: a JSON object per line). A refusal is one line on
-standard error and exit 1, with nothing written.
+standard error and exit 1, with nothing written; so is a change that kept conflicting with
+concurrent writes (the API's, another operator's) after its retries (`marketplace/conflicts.py`).
 
 Imports stay light (click only): `marketplace/cli.py` registers the commands in every process
 that runs `marketplace`, the supervisor of `serve` included.
@@ -59,6 +60,7 @@ def perform_and_report(
 
     async def run(settings: Settings) -> Sequence[Any]:
         from marketplace.backoffice.actions import Refused, perform
+        from marketplace.conflicts import WriteConflict
         from marketplace.db import engine_for
 
         await require_schema(settings)
@@ -67,6 +69,8 @@ def perform_and_report(
                 return await perform(engine, action, by=operator, via=via)
             except Refused as refusal:
                 raise CommandRefused(str(refusal)) from None
+            except WriteConflict as conflict:
+                raise CommandRefused(f"{conflict}; run the command again") from None
 
     done = run_command(run)
     if not done:
