@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 import httpx
+from redis.crc import key_slot
 
+from marketplace.api.v1 import api_limits
 from marketplace.app import build_app
 from marketplace.config import Settings
 from marketplace.db import create_engine
@@ -30,6 +32,7 @@ from marketplace.services import build_services
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "topology" / "redis-cluster"
 ROUTE = "/api/v1/resource/1"
+PREFIX = "bench:"
 LIMIT = 120  # the group's limiter (marketplace.api.v1.api_limits)
 
 
@@ -48,10 +51,26 @@ def wait_until_marked_failed(port: int, dead_port: int) -> None:
         nodes = subprocess.run(
             ["redis-cli", "-p", str(port), "cluster", "nodes"], capture_output=True, text=True, check=True
         ).stdout
-        if any(f":{dead_port}@" in line and " fail " in f" {line} ".replace(",", " ") for line in nodes.splitlines()):
+        if any(
+            f":{dead_port}@" in line and " fail " in f" {line} ".replace(",", " ")
+            for line in nodes.splitlines()
+        ):
             return
         time.sleep(0.1)
     raise SystemExit(f"node {dead_port} was never marked failed")
+
+
+def address(number: int) -> str:
+    return f"198.51.{number // 250}.{number % 250 + 1}"
+
+
+def on_the_stopped_master(prefix: str, requests: int) -> int:
+    """How many of the addresses have their limiter key in the stopped master's slots."""
+    stopped = range(10923, 16384)  # the third master's slots, as `redis-cli --cluster create` assigns them
+    return sum(
+        key_slot((prefix + api_limits(address(number), {})[0].key).encode("utf-8")) in stopped
+        for number in range(requests)
+    )
 
 
 async def measure(base_port: int, requests: int, concurrency: int, workdir: Path) -> tuple[int, int]:
@@ -59,7 +78,7 @@ async def measure(base_port: int, requests: int, concurrency: int, workdir: Path
         _env_file=None,  # type: ignore[call-arg]
         database_url=f"sqlite:///{workdir / 'bench.db'}",
         redis_url=f"redis+cluster://127.0.0.1:{base_port}",
-        redis_prefix=f"bench{os.getpid()}:",
+        redis_prefix=PREFIX,
         app_key="bench",
         access_log=False,
     )
@@ -71,12 +90,12 @@ async def measure(base_port: int, requests: int, concurrency: int, workdir: Path
     try:
         transport = httpx.ASGITransport(app=build_app(services=services))
         async with httpx.AsyncClient(transport=transport, base_url="http://marketplace.test") as http:
-            addresses = iter(f"198.51.{number // 250}.{number % 250 + 1}" for number in range(requests))
+            addresses = iter(address(number) for number in range(requests))
 
             async def client() -> None:
                 nonlocal counted, uncounted
-                for address in addresses:
-                    answer = await http.get(ROUTE, headers={"X-Forwarded-For": address})
+                for client_address in addresses:
+                    answer = await http.get(ROUTE, headers={"X-Forwarded-For": client_address})
                     if answer.headers.get("X-RateLimit-Remaining") == str(LIMIT - 1):
                         counted += 1
                     else:
@@ -106,7 +125,10 @@ def main() -> None:
             )
     finally:
         topology("stop", **ports)
-    print(f"counted {counted} of {counted + uncounted}, uncounted {uncounted}")
+    print(
+        f"counted {counted} of {counted + uncounted}, uncounted {uncounted}"
+        f" ({on_the_stopped_master(PREFIX, options.requests)} have their key on the stopped master)"
+    )
 
 
 if __name__ == "__main__":
