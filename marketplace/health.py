@@ -68,7 +68,9 @@ class HealthCheck:
             raise ChangesNotProven("its probe notices do not come back")
 
     async def _redis(self) -> None:
-        await self.services.store.ping()
+        # A write, not a PING: a cluster missing a master or refusing commands (CLUSTERDOWN), or a
+        # read-only replica, still answers PING but cannot count.
+        await self.services.store.check_counting()
 
     async def _probe(self, name: str, probe: Callable[[], Awaitable[None]]) -> bool:
         try:

@@ -95,7 +95,11 @@ class Store(Protocol):
         ...
 
     async def ping(self) -> None:
-        """Raise when the store cannot be reached (health checks)."""
+        """Raise when the store cannot be reached."""
+        ...
+
+    async def check_counting(self) -> None:
+        """Raise when the store cannot count limiter hits (health checks)."""
         ...
 
     async def close(self) -> None: ...
@@ -244,6 +248,9 @@ class MemoryStore:
     async def ping(self) -> None:
         return None
 
+    async def check_counting(self) -> None:
+        return None
+
     async def close(self) -> None:
         self._windows.clear()
         self._cache.clear()
@@ -289,16 +296,19 @@ return 0
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
-# One script call waiting for the next pipeline: its keys, its arguments, who waits for the reply.
-_Call = tuple[list[str], list[int], "asyncio.Future[list[int]]"]
+# One script call waiting for the next pipeline: the node its keys live on, its keys, its
+# arguments, who waits for the reply.
+_Call = tuple[str, list[str], list[int], "asyncio.Future[list[int]]"]
 
 
 class _ScriptCalls:
-    """Sends the stack script calls made during one turn of the event loop in one pipeline.
+    """Sends the stack script calls made during one turn of the event loop in one pipeline per node.
 
     The first call of a turn schedules the send for the loop's next turn; every call made until
-    then joins it. Each caller awaits its own reply or error; a caller that goes away takes its
-    call out of a send that has not started, and never cancels the others'.
+    then joins it. The calls are grouped by the node their keys live on (one group on one Redis),
+    each group a pipeline of its own, so that a node that fails fails only its own callers. Each
+    caller awaits its own reply or error; a caller that goes away takes its call out of a send that
+    has not started, and never cancels the others'.
     """
 
     def __init__(self, redis: Redis | RedisCluster, script: str, batch_size: int) -> None:
@@ -309,13 +319,14 @@ class _ScriptCalls:
         self._waiting: list[_Call] = []
         self._scheduled = False
         self._sending: set[asyncio.Task[None]] = set()
+        self._refreshing = False
         # Pipelines sent so far (tests and benchmarks count round trips with it).
         self.pipelines = 0
 
-    async def call(self, keys: list[str], args: list[int]) -> list[int]:
+    async def call(self, node: str, keys: list[str], args: list[int]) -> list[int]:
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[list[int]] = loop.create_future()
-        self._waiting.append((keys, args, reply))
+        self._waiting.append((node, keys, args, reply))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._send_waiting)
@@ -323,14 +334,17 @@ class _ScriptCalls:
 
     def _send_waiting(self) -> None:
         self._scheduled = False
-        batch = [call for call in self._waiting[: self._batch_size] if not call[2].done()]
+        batch = [call for call in self._waiting[: self._batch_size] if not call[3].done()]
         del self._waiting[: self._batch_size]
         if self._waiting:
             # Bounded pipelines: the rest waits for the next turn.
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._send_waiting)
-        if batch:
-            sending = asyncio.ensure_future(self._send(batch))
+        by_node: dict[str, list[_Call]] = {}
+        for call in batch:
+            by_node.setdefault(call[0], []).append(call)
+        for group in by_node.values():
+            sending = asyncio.ensure_future(self._send(group))
             # Held until done, so that the task is not collected while callers wait for it.
             self._sending.add(sending)
             sending.add_done_callback(self._sending.discard)
@@ -339,16 +353,17 @@ class _ScriptCalls:
         try:
             replies = await self._pipeline(batch)
         except Exception as error:  # each caller decides: faults fail open, a bug reaches them all
-            for _, _, reply in batch:
+            for *_, reply in batch:
                 if not reply.done():
                     reply.set_exception(error)
+            await self._refresh_topology()
             return
         except BaseException:
             # Cancelled mid-send (the loop shutting down): nobody is left waiting forever.
-            for _, _, reply in batch:
+            for *_, reply in batch:
                 reply.cancel()
             raise
-        for (_, _, reply), outcome in zip(batch, replies, strict=True):
+        for (*_, reply), outcome in zip(batch, replies, strict=True):
             if reply.done():
                 continue
             if isinstance(outcome, Exception):
@@ -356,35 +371,58 @@ class _ScriptCalls:
             else:
                 reply.set_result(cast("list[int]", outcome))
 
+    async def _refresh_topology(self) -> None:
+        """After a node failed, ask the cluster again which nodes serve which slots.
+
+        The client is built not to retry (a retry closes every node's connections), so it would
+        otherwise keep sending a failed-over master's slots to the dead node.
+        """
+        if not isinstance(self._redis, _cluster_class()) or self._refreshing:
+            return
+        self._refreshing = True
+        try:
+            await self._redis.nodes_manager.initialize()
+        except _FAULTS:
+            pass  # the whole cluster is unreachable: the next failure asks again
+        finally:
+            self._refreshing = False
+
     async def _pipeline(self, batch: list[_Call]) -> list[object]:
         self.pipelines += 1
-        replies = await self._evaluate([(keys, args) for keys, args, _ in batch])
+        replies = await self._evaluate([(keys, args) for _, keys, args, _ in batch], "EVALSHA")
         unknown = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if unknown:
             # A server meeting the script first (a new node, a restart, a flush); NOSCRIPT means
-            # the call did not run, so running it again counts each hit once.
-            await self._redis.script_load(self._script)
+            # the call did not run, so running it again (EVAL, which also caches the script on
+            # that node) counts each hit once.
             self.pipelines += 1
-            again = await self._evaluate([(batch[index][0], batch[index][1]) for index in unknown])
+            again = await self._evaluate([(batch[index][1], batch[index][2]) for index in unknown], "EVAL")
             for index, reply in zip(unknown, again, strict=True):
                 replies[index] = reply
         return replies
 
-    async def _evaluate(self, calls: list[tuple[list[str], list[int]]]) -> list[object]:
+    async def _evaluate(self, calls: list[tuple[list[str], list[int]]], command: str) -> list[object]:
         # EVALSHA staged by hand: redis-py's Script objects make every pipeline ask SCRIPT EXISTS
         # first, a second round trip.
+        script = self._sha if command == "EVALSHA" else self._script
         pipeline = self._redis.pipeline(transaction=False)
         for keys, args in calls:
-            pipeline.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)
+            pipeline.execute_command(command, script, len(keys), *keys, *args)
         replies: list[object] = await pipeline.execute(raise_on_error=False)
         return replies
 
     async def close(self) -> None:
         for call in self._waiting:
-            call[2].cancel()
+            call[3].cancel()
         self._waiting.clear()
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
+
+
+def _cluster_class() -> type[RedisCluster]:
+    from redis.asyncio.cluster import RedisCluster
+
+    return RedisCluster
 
 
 def _script_sha(script: str) -> str:
@@ -397,10 +435,11 @@ class RedisStore:
     `url` is a Redis URL (`redis://`, `rediss://`, `unix://`), or `redis+cluster://host:port`
     (`rediss+cluster://` with TLS) naming any node of a Redis Cluster.
 
-    Redis faults never fail a request: while Redis is unreachable, limiters admit every request,
-    the cache misses and every claim is granted; a warning is logged at most once a minute, each
-    failure is counted, and Redis is not asked again for a short pause so that each request does
-    not wait for a timeout.
+    Redis faults never fail a request: while a Redis node is unreachable or refuses to count,
+    limiters admit the requests whose keys live on it, the cache misses there and claims there are
+    granted; a warning is logged at most once a minute, each failure is counted, and that node is
+    not asked again for a short pause so that each request does not wait for a timeout. On a
+    cluster the pause is per node: keys on the other masters are still counted.
     """
 
     RETRY_PAUSE_SECONDS = 2.0
@@ -412,11 +451,16 @@ class RedisStore:
         self._redis: Redis | RedisCluster
         if scheme in CLUSTER_SCHEMES:
             from redis.asyncio.cluster import RedisCluster
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
 
             self._redis = RedisCluster.from_url(
                 scheme.removesuffix("+cluster") + "://" + rest,
                 socket_connect_timeout=0.5,
                 socket_timeout=0.5,
+                # redis-py retries a failed pipeline by closing the connections of every node,
+                # the live masters' included: a failure fails open at once instead.
+                retry=Retry(NoBackoff(), 0),
             )
             self.cluster = True
         else:
@@ -433,24 +477,40 @@ class RedisStore:
         self._prefix = prefix
         self._stacks = _ScriptCalls(self._redis, _STACK_SCRIPT, self.BATCH_SIZE)
         self._release_script = self._redis.register_script(_RELEASE_SCRIPT)
-        self._paused_until = 0.0
+        # Per node (host:port; "" on one Redis or before a cluster's topology is known).
+        self._paused_until: dict[str, float] = {}
         self._last_warning = 0.0
+        self._tags_by_slot: dict[int, str] = {}
 
     @property
     def pipelines(self) -> int:
         """Pipelines of limiter checks sent to Redis so far."""
         return self._stacks.pipelines
 
-    def _available(self) -> bool:
-        return time.monotonic() >= self._paused_until
+    async def _node(self, key: str) -> str:
+        """The node that holds `key` as far as the client knows: one name per cluster master."""
+        if not isinstance(self._redis, _cluster_class()):
+            return ""
+        if not self._redis.nodes_manager.slots_cache and self._available(""):
+            # Learnt before the first calls, so that they too are grouped by node.
+            try:
+                await self._redis.initialize()
+            except _FAULTS as error:
+                self._failed("", error)
+        nodes = self._redis.nodes_manager.slots_cache.get(key_slot(key.encode("utf-8")))
+        return nodes[0].name if nodes else ""
 
-    def _failed(self, error: Exception) -> None:
+    def _available(self, node: str) -> bool:
+        return time.monotonic() >= self._paused_until.get(node, 0.0)
+
+    def _failed(self, node: str, error: Exception) -> None:
         STORE_ERRORS.inc()
         now = time.monotonic()
-        self._paused_until = now + self.RETRY_PAUSE_SECONDS
+        self._paused_until[node] = now + self.RETRY_PAUSE_SECONDS
         if now - self._last_warning >= self.WARNING_INTERVAL_SECONDS or self._last_warning == 0.0:
             self._last_warning = now
-            logger.warning("Redis unavailable (%s): limiters and caches bypassed", error)
+            where = f"Redis node {node}" if node else "Redis"
+            logger.warning("%s unavailable (%s): limiters and caches bypassed for its keys", where, error)
 
     async def hit(self, key: str, max_attempts: int, decay_seconds: int) -> WindowHit:
         return (await self.hit_all((WindowCheck(key, max_attempts, decay_seconds),)))[0]
@@ -460,16 +520,17 @@ class RedisStore:
         if not checks:
             return hits
         for run in self._runs(checks):
-            if not self._available():
-                break
             keys = [self._prefix + check.key for check in run]
+            node = await self._node(keys[0])
+            if not self._available(node):
+                break
             args: list[int] = []
             for check in run:
                 args += (check.max_attempts, check.decay_seconds * 1000)
             try:
-                outcomes = await self._stacks.call(keys, args)
+                outcomes = await self._stacks.call(node, keys, args)
             except _FAULTS as error:
-                self._failed(error)
+                self._failed(node, error)
                 break
             for index in range(0, len(outcomes), 3):
                 allowed, count, left_ms = outcomes[index : index + 3]
@@ -496,48 +557,92 @@ class RedisStore:
         return runs
 
     async def get(self, key: str) -> bytes | None:
-        if not self._available():
+        node = await self._node(self._prefix + key)
+        if not self._available(node):
             return None
         try:
             value = await self._redis.get(self._prefix + key)
         except _FAULTS as error:
-            self._failed(error)
+            self._failed(node, error)
             return None
         if value is None:
             return None
         return value if isinstance(value, bytes) else str(value).encode("utf-8")
 
     async def put(self, key: str, value: bytes, ttl_seconds: int) -> None:
-        if not self._available():
+        node = await self._node(self._prefix + key)
+        if not self._available(node):
             return
         try:
             await self._redis.set(self._prefix + key, value, ex=ttl_seconds)
         except _FAULTS as error:
-            self._failed(error)
+            self._failed(node, error)
 
     async def claim(self, key: str, ttl_seconds: float) -> str | None:
         token = secrets.token_hex(8)
-        if not self._available():
+        node = await self._node(self._prefix + key)
+        if not self._available(node):
             return token
         try:
             won = await self._redis.set(
                 self._prefix + key, token, nx=True, px=max(1, int(ttl_seconds * 1000))
             )
         except _FAULTS as error:
-            self._failed(error)
+            self._failed(node, error)
             return token
         return token if won else None
 
     async def release(self, key: str, token: str) -> None:
-        if not self._available():
+        node = await self._node(self._prefix + key)
+        if not self._available(node):
             return
         try:
             await self._release_script(keys=[self._prefix + key], args=[token])
         except _FAULTS as error:
-            self._failed(error)
+            self._failed(node, error)
 
     async def ping(self) -> None:
         await self._redis.ping()
+
+    async def check_counting(self) -> None:
+        """Raise unless every node holding the store's keys takes a limiter's write.
+
+        PING is not enough: a cluster that lost a master still answers it (and, with full
+        coverage required, refuses every command with CLUSTERDOWN), and so does a read-only
+        replica. This writes a short-lived key in the slots of each master the cluster names,
+        the dead ones included, and raises the first refusal with the node it came from.
+        """
+        if not isinstance(self._redis, _cluster_class()):
+            await self._redis.set(self._prefix + "up", 1, px=10_000)
+            return
+        cluster = self._redis
+        await cluster.initialize()
+        # Asked again each time: a master that died or was failed over shows in the answer.
+        await cluster.nodes_manager.initialize()
+        slot_of_master: dict[str, int] = {}
+        for slot, nodes in cluster.nodes_manager.slots_cache.items():
+            if nodes:
+                slot_of_master.setdefault(nodes[0].name, slot)
+        if not slot_of_master:
+            raise RedisClusterException("the cluster serves no slot")
+
+        async def write(node: str, slot: int) -> None:
+            try:
+                await cluster.set(f"{self._prefix}up:{{{self._tag(slot)}}}", 1, px=10_000)
+            except _FAULTS as error:
+                raise RedisClusterException(f"{node} cannot count: {error}") from error
+
+        await asyncio.gather(*(write(node, slot) for node, slot in slot_of_master.items()))
+
+    def _tag(self, slot: int) -> str:
+        """A hash tag whose key lives in `slot`."""
+        tag = self._tags_by_slot.get(slot)
+        if tag is None:
+            number = 0
+            while key_slot(str(number).encode("ascii")) != slot:
+                number += 1
+            tag = self._tags_by_slot[slot] = str(number)
+        return tag
 
     async def close(self) -> None:
         await self._stacks.close()

@@ -43,6 +43,23 @@ def require_service(name: str, host: str, port: int) -> None:
     pytest.skip(message)
 
 
+def redis_cluster_url() -> str:
+    """The test Redis Cluster (`scripts/topology/redis-cluster start` prints it), as the store names
+    a cluster (`redis+cluster://`). Without it the test is skipped with the reason, or fails where
+    services are required."""
+    url = os.environ.get("MARKETPLACE_TEST_REDIS_CLUSTER_URL")
+    if not url:
+        message = (
+            "no Redis Cluster: run scripts/topology/redis-cluster start"
+            " and export MARKETPLACE_TEST_REDIS_CLUSTER_URL"
+        )
+        if services_required():
+            pytest.fail(f"{message} (MARKETPLACE_REQUIRE_SERVICES=1)")
+        pytest.skip(message)
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}+cluster://{rest}" if scheme in ("redis", "rediss") else url
+
+
 def unique_name(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
 

@@ -5,7 +5,6 @@ concurrency, failing open on a dead Redis, and keys that keep a stack in one Red
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -18,9 +17,7 @@ from marketplace.http.cache import cache_key
 from marketplace.http.limits import WINDOW_SECONDS, Limit, TooManyRequests, enforce, limit_key
 from marketplace.stores import MemoryStore, RedisStore, Store, WindowCheck, WindowHit
 from marketplace.telemetry.metrics import STORE_ERRORS
-from tests.profiles import REDIS_URL, require_service, unique_name
-
-CLUSTER_URL = os.environ.get("MARKETPLACE_TEST_REDIS_CLUSTER_URL")
+from tests.profiles import REDIS_URL, redis_cluster_url, require_service, unique_name
 
 
 def redis_store() -> RedisStore:
@@ -275,13 +272,8 @@ def checks_of(limits: Sequence[Limit]) -> list[WindowCheck]:
     return [WindowCheck(limit.key, limit.max_attempts, WINDOW_SECONDS) for limit in limits]
 
 
-@pytest.mark.skipif(
-    CLUSTER_URL is None,
-    reason="no Redis Cluster: set MARKETPLACE_TEST_REDIS_CLUSTER_URL=redis+cluster://host:port",
-)
 async def test_on_a_real_cluster_stacks_across_slots_keep_the_sequential_outcome() -> None:
-    assert CLUSTER_URL is not None
-    store = RedisStore(CLUSTER_URL, prefix=unique_name("mp_test") + ":")
+    store = RedisStore(redis_cluster_url(), prefix=unique_name("mp_test") + ":")
     try:
         address, params = "203.0.113.9", {"key": "ABCD-1234"}
         licence = [Limit(limit.name, 2, limit.key) for limit in licence_limits(address, params)]
