@@ -5,6 +5,10 @@ cannot answer, and `/up` says 503. The shared store (Redis) is not: while it is 
 answers (limiters admit every request, caches miss), so `/up` stays 200 and names the store under
 `degraded`, with what that costs. Each probe is bounded so that a hung dependency still gives an
 answer.
+
+With read replicas, `checks` has a `replicas` entry and `degraded` names each replica that does not
+serve reads (failing, or not proven fresh: `replicas.py`). While the primary does not answer but a
+replica serves reads, `/up` stays 200: reads are answered, writes fail.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from marketplace.http.json import JsonAnswer
+from marketplace.replicas import ReplicaReader
 from marketplace.services import Services
 
 logger = logging.getLogger("marketplace.health")
 
 PROBE_TIMEOUT_SECONDS = 2.0
 REDIS_DEGRADED = "redis: rate limits are not enforced and upstream answers are not cached"
+PRIMARY_DEGRADED = "database: the primary does not answer: writes fail, reads are answered by read replicas"
 
 
 class HealthCheck:
@@ -36,6 +42,16 @@ class HealthCheck:
 
     async def _redis(self) -> None:
         await self.services.store.ping()
+
+    async def _replicas(self, replicas: ReplicaReader, checks: dict[str, str], degraded: list[str]) -> bool:
+        """Name the replicas that do not serve reads; whether any does."""
+        if not replicas.ever_checked:
+            await self._probe("replicas", replicas.checked)
+        problems = replicas.problems()
+        serving = replicas.serving()
+        checks["replicas"] = "ok" if not problems else "degraded" if serving else "failing"
+        degraded.extend(problems)
+        return serving
 
     async def _probe(self, name: str, probe: Callable[[], Awaitable[None]]) -> bool:
         try:
@@ -56,6 +72,12 @@ class HealthCheck:
             checks["redis"] = "ok" if redis_ok else "failing"
             if not redis_ok:
                 degraded.append(REDIS_DEGRADED)
+        replicas = self.services.reads.reader
+        if isinstance(replicas, ReplicaReader):
+            replicas_serve = await self._replicas(replicas, checks, degraded)
+            if not database_ok and replicas_serve:
+                degraded.append(PRIMARY_DEGRADED)
+                database_ok = True
         if not database_ok:
             return 503, {"status": "failing", "checks": checks, "degraded": degraded}
         return 200, {"status": "degraded" if degraded else "ok", "checks": checks, "degraded": degraded}
