@@ -25,10 +25,12 @@ A replica serves a read only while all of these hold, else the read goes to the 
   again once a check answers. `marketplace_read_replica_failures_total` counts failures, not
   retries: each failed read, and a failed check of a replica that was answering (the checks of a
   replica known to be down every quarter of the bound are not counted).
-- Primary outage. While the primary does not answer the checks, a replica that has replayed at
-  least the primary's last known position and still answers is held current: a primary that is
-  down commits nothing, so the replica misses nothing. Reads keep being answered; writes fail.
-  (This trusts that a primary this worker cannot reach is down, not merely cut off from it.)
+- Primary outage. While the primary does not answer the checks, a replica that still answers,
+  has replayed at least the primary's last known position and has applied all the WAL it received
+  is held current: a primary that is down commits nothing, so the replica misses nothing it could
+  have had (a notice still outstanding counts as caught up by it). Reads keep being answered;
+  writes fail. This trusts that a primary this worker cannot reach is down, not merely cut off
+  from it; a replica never proven against a primary that answered serves nothing.
 
 A server that is not in recovery (a URL naming a primary) has every write: it counts as having
 replayed the primary's position at each check.
@@ -65,7 +67,8 @@ CHECK_TIMEOUT_SECONDS = 2.0
 _PRIMARY_POSITION = "SELECT pg_current_wal_insert_lsn()::text"
 # NULL on a server that is not a standby: it has every write.
 _REPLAYED = (
-    "SELECT CASE WHEN pg_is_in_recovery() THEN COALESCE(pg_last_wal_replay_lsn(), '0/0'::pg_lsn)::text END"
+    "SELECT CASE WHEN pg_is_in_recovery() THEN COALESCE(pg_last_wal_replay_lsn(), '0/0'::pg_lsn)::text"
+    " || ' ' || COALESCE(pg_last_wal_receive_lsn(), '0/0'::pg_lsn)::text END"
 )
 
 # What a replica's read raises when the replica, not the request, is at fault: the server is gone,
@@ -120,13 +123,16 @@ class Replica:
             self.failing = False
             logger.info("read replica %s answers again", self.name)
 
-    async def replayed(self) -> int | None:
-        """The WAL position it has replayed; None when it is not a standby (it has every write)."""
+    async def replayed(self) -> tuple[int, int] | None:
+        """The WAL positions it has replayed and received; None when it is not a standby (it has every write)."""
         if self._stale_pool:
             self._stale_pool = False
             await self.engine.dispose()
         text = await _fetch_value(self.engine, _REPLAYED)
-        return None if text is None else lsn(text)
+        if text is None:
+            return None
+        replayed, received = text.split()
+        return lsn(replayed), lsn(received)
 
 
 class ReplicaReader:
@@ -185,10 +191,23 @@ class ReplicaReader:
                     self.floor = position
                 return rows
         known = self.primary_position
-        rows = await method(self.primary)(read, *values)
+        try:
+            rows = await method(self.primary)(read, *values)
+        except REPLICA_FAULTS:
+            # The primary may have just gone down: once a check has seen it, a replica may serve.
+            replica = await self._after_a_check()
+            if replica is None:
+                raise
+            return await method(replica.reader)(read, *values)
         if known > self.floor:
             self.floor = known
         return rows
+
+    async def _after_a_check(self) -> Replica | None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+                await self.checked()
+        return self._choose()
 
     def _choose(self) -> Replica | None:
         self._start_monitor()
@@ -284,6 +303,9 @@ class ReplicaReader:
                     error,
                 )
             self.primary_answering = False
+            # A notice before the outage cannot be matched to a position any more: the replicas
+            # held current (below) have everything the primary sent them.
+            self._catch_ups_done = requested
         else:
             if not self.primary_answering:
                 logger.info("the primary answers again")
@@ -303,17 +325,20 @@ class ReplicaReader:
     async def _check_replica(self, replica: Replica, started: float) -> None:
         try:
             async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
-                replayed = await replica.replayed()
+                positions = await replica.replayed()
         except Exception as error:  # a replica that is down waits for the next check
             replica.failed(error, read=False)
             return
         replica.answered()
-        if replayed is None:  # not a standby
-            replayed = max(replica.position, self.primary_position)
+        if positions is None:  # not a standby
+            replayed = received = max(replica.position, self.primary_position)
+        else:
+            replayed, received = positions
         replica.position = replayed
         if not self.primary_answering:
-            # Only a primary seen answering has a last position the replica can be held to.
-            if self._history and replayed >= self.primary_position:
+            # Held current: it has applied all the WAL it received, and at least the primary's
+            # last known position (only a primary seen answering has one).
+            if self._history and replayed >= max(self.primary_position, received):
                 replica.proven_at = started
             return
         for measured_at, primary_position in reversed(self._history):

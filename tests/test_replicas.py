@@ -118,9 +118,9 @@ async def test_reads_stay_on_the_primary_until_the_replica_replays_the_announced
     replayed = asyncio.Event()
     real_replayed = Replica.replayed
 
-    async def held_back(self: Replica) -> int | None:
+    async def held_back(self: Replica) -> tuple[int, int] | None:
         # A standby that has replayed nothing, until released.
-        return await real_replayed(self) if replayed.is_set() else 0
+        return await real_replayed(self) if replayed.is_set() else (0, 0)
 
     monkeypatch.setattr(Replica, "replayed", held_back)
     await rename_elsewhere(settings, 1, "Renamed On The Primary")  # a write announced by the primary
