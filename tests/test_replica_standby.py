@@ -33,6 +33,13 @@ SERVER_ERROR = b'{"message":"Server Error"}'
 # How long a behaviour that depends on the replicas' checks may take to show (a generous bound).
 PATIENCE_SECONDS = 15.0
 _names = itertools.count()
+# Each read from an address of its own: the limiters are not what these tests are about.
+_addresses = itertools.count(1)
+
+
+def fresh_address() -> dict[str, str]:
+    number = next(_addresses)
+    return {"X-Forwarded-For": f"10.{number >> 16 & 255}.{number >> 8 & 255}.{number & 255}"}
 
 
 def fresh_name(label: str) -> str:
@@ -54,7 +61,7 @@ class Worker:
         self.standby_reads += 1
 
     async def name(self) -> str:
-        answer = await self.client.get("/api/v1/resource/1")
+        answer = await self.client.get("/api/v1/resource/1", headers=fresh_address())
         assert answer.status_code == 200, answer.text
         return str(answer.json()["name"])
 
@@ -180,6 +187,7 @@ async def test_a_worker_never_answers_older_than_what_it_has_already_answered(
     async with serving(
         standby_database, upstream, tmp_path, database_read_urls=read_urls, read_replica_max_lag_seconds=4.0
     ) as worker:
+        worker.reader.changes = NoChangeFeed()  # no notice: only the floor keeps the reads in order
         await worker.until_named(before)
         await worker.until_the_standby_serves()
         await standby.pause_replay()
@@ -206,7 +214,7 @@ async def test_reads_are_answered_by_the_standby_while_the_primary_is_down_and_e
         statuses = []
         for _ in range(20):
             for path in ("/api/v1/resource/1", "/api/v1/resource/version/1"):
-                statuses.append((await worker.client.get(path)).status_code)
+                statuses.append((await worker.client.get(path, headers=fresh_address())).status_code)
             await asyncio.sleep(0.1)
         assert set(statuses) == {200}
         health = await worker.client.get("/up")
@@ -217,7 +225,9 @@ async def test_reads_are_answered_by_the_standby_while_the_primary_is_down_and_e
         assert (refused.status_code, refused.content) == (500, SERVER_ERROR)
         standby.start_node("primary")
         for _ in range(int(PATIENCE_SECONDS / 0.2)):
-            answer = await worker.client.post(grant, json={"custom_password": GRANT_SECRET})
+            answer = await worker.client.post(
+                grant, json={"custom_password": GRANT_SECRET}, headers=fresh_address()
+            )
             if answer.status_code == 200:
                 break
             await asyncio.sleep(0.2)
