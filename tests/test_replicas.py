@@ -181,3 +181,9 @@ def test_read_replicas_need_a_postgresql_primary_and_postgresql_urls() -> None:
         database_read_urls=" postgresql://one/db ,postgresql://two/db,",
     )
     assert parsed.read_urls == ("postgresql://one/db", "postgresql://two/db")
+
+
+def test_the_replica_lag_bound_is_a_positive_number_of_seconds() -> None:
+    assert Settings(_env_file=None).read_replica_max_lag_seconds == 1.0  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="greater than 0"):
+        Settings(_env_file=None, read_replica_max_lag_seconds=0)  # type: ignore[call-arg]
