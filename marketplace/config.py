@@ -27,6 +27,8 @@ class Settings(BaseSettings):
     # PostgreSQL read replicas of `database_url`, comma-separated: the public reads go to them in
     # turn once they have replayed the changes a worker has seen (replicas.py).
     database_read_urls: str = ""
+    # A replica serves a read only while it is proven at most this far behind the primary (replicas.py).
+    read_replica_max_lag_seconds: float = Field(default=1.0, gt=0)
     redis_url: str | None = None
     # Prefix of every Redis key, so that several services (or test runs) can share one Redis.
     redis_prefix: str = "marketplace:"

@@ -10,6 +10,10 @@ answer is named in `checks` and, when it is not ok, in `degraded` (`database`, `
 Each probe is bounded so that a hung dependency still gives an answer. A connection the database
 closed (a restart) fails only its first use: the database check tries once more on a fresh
 connection before it reports anything, as the API's own reads do.
+
+With read replicas, `checks` has a `replicas` entry and `degraded` names each replica that does not
+serve reads (failing, or not proven fresh: `replicas.py`). While the primary does not answer but a
+replica serves reads, `/up` stays 200: reads are answered, writes fail.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from marketplace.http.json import JsonAnswer
+from marketplace.replicas import ReplicaReader
 from marketplace.services import Services
 
 logger = logging.getLogger("marketplace.health")
@@ -43,6 +48,7 @@ def changes_degraded(max_age_seconds: float) -> str:
 
 class ChangesNotProven(Exception):
     pass
+PRIMARY_DEGRADED = "database: the primary does not answer: writes fail, reads are answered by read replicas"
 
 
 class HealthCheck:
@@ -72,6 +78,16 @@ class HealthCheck:
         # read-only replica, still answers PING but cannot count.
         await self.services.store.check_counting()
 
+    async def _replicas(self, replicas: ReplicaReader, checks: dict[str, str], degraded: list[str]) -> bool:
+        """Name the replicas that do not serve reads; whether any does."""
+        if not replicas.ever_checked:
+            await self._probe("replicas", replicas.checked)
+        problems = replicas.problems()
+        serving = replicas.serving()
+        checks["replicas"] = "ok" if not problems else "degraded" if serving else "failing"
+        degraded.extend(problems)
+        return serving
+
     async def _probe(self, name: str, probe: Callable[[], Awaitable[None]]) -> bool:
         try:
             async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
@@ -96,6 +112,12 @@ class HealthCheck:
             checks["changes"] = "ok" if changes_ok else "failing"
             if not changes_ok:
                 degraded.append(changes_degraded(self.services.settings.worker_cache_max_age_seconds))
+        replicas = self.services.reads.reader
+        if isinstance(replicas, ReplicaReader):
+            replicas_serve = await self._replicas(replicas, checks, degraded)
+            if not database_ok and replicas_serve:
+                degraded.insert(0, PRIMARY_DEGRADED)
+                database_ok = True
         if not database_ok:
             return 503, {"status": "failing", "checks": checks, "degraded": degraded}
         return 200, {"status": "degraded" if degraded else "ok", "checks": checks, "degraded": degraded}

@@ -1,28 +1,57 @@
-"""Public reads spread over PostgreSQL read replicas, never older than the changes a worker has seen.
+"""Public reads spread over PostgreSQL read replicas that are *proven* fresh enough.
 
 With `MARKETPLACE_DATABASE_READ_URLS`, the public reads (`readers.py`) go to the replicas in turn;
 writes, the change notices (`changes.py`) and every read of a write path stay on the primary.
+A replica serves a read only while all of these hold, else the read goes to the primary:
 
-A replica lags the primary by its replay delay. The worker's caches keep what they read under the
-generation of the data they saw before reading, so a read must not come from a replica that has
-not replayed the writes announced up to that generation. Hence: when the generation moves (a
-notice arrived, or the worker starts following the changes), the worker asks the primary for its
-WAL position once, and a replica serves reads again only after it has reported replaying that
-position (`pg_last_wal_replay_lsn()`, polled every 10 ms while it is behind). Until then reads go
-to the primary, which has everything. A replica that fails a read is set aside until it answers
-the catch-up check again; that read is retried once on the primary. A server that is not in
-recovery (a URL naming a primary) counts as caught up.
+- Bounded lag. Every `MARKETPLACE_READ_REPLICA_MAX_LAG_SECONDS / 4` each worker asks the primary
+  for its WAL position, then each replica for the position it has replayed
+  (`pg_last_wal_replay_lsn()`). A replica that has replayed a position the primary had at time T
+  is proven current as of T; it serves while T is at most the max lag ago. This runs whatever the
+  change feed's state, so a replica that falls behind is noticed within a quarter of the bound
+  even while no notice can arrive.
+- Catch-up after a notice. When the worker's generation moves (a notice arrived, or the worker
+  starts following the changes again), the worker's caches keep what they read under the new
+  generation: a replica serves again only once it has replayed the primary's position measured
+  after the move (checked every 10 ms meanwhile).
+- Monotonic reads. Each worker keeps a floor: the highest WAL position its answers are known to
+  include (a replica's replayed position, or the primary's position, as measured before the read;
+  raised to the primary's position after a notice). A replica below the floor is skipped, so a
+  worker never answers from a replica older than what it has already answered. "Known" is to the
+  precision of the checks: an answer may include writes committed after the position measured
+  before it.
+- Answering. A replica whose read or check fails is set aside (its read is retried once on the
+  primary) and its pool is disposed of, so that the next check opens a fresh connection; it serves
+  again once a check answers. `marketplace_read_replica_failures_total` counts failures, not
+  retries: each failed read, and a failed check of a replica that was answering (the checks of a
+  replica known to be down every quarter of the bound are not counted).
+- Primary outage. While the primary does not answer the checks, a replica that still answers,
+  has replayed at least the primary's last known position and has applied all the WAL it received
+  is held current: a primary that is down commits nothing, so the replica misses nothing it could
+  have had (a notice still outstanding counts as caught up by it). Reads keep being answered;
+  writes fail. This trusts that a primary this worker cannot reach is down, not merely cut off
+  from it; a replica never proven against a primary that answered serves nothing.
+
+A server that is not in recovery (a URL naming a primary) has every write: it counts as having
+replayed the primary's position at each check.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import logging
+import math
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from marketplace.changes import ChangeFeed
 from marketplace.readers import Read, Reader, Row
@@ -30,29 +59,59 @@ from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
 
 logger = logging.getLogger("marketplace.replicas")
 
-# How often a replica behind the primary's position is asked again.
+# How often a replica behind the floor, but within the lag bound, is asked again after a notice.
 CATCH_UP_POLL_SECONDS = 0.01
-# How often a replica that failed is asked again.
-FAILED_POLL_SECONDS = 1.0
+# Longest a check of one server may take before that server counts as failing.
+CHECK_TIMEOUT_SECONDS = 2.0
 
-_PRIMARY_POSITION = "SELECT pg_current_wal_lsn()::text"
+_PRIMARY_POSITION = "SELECT pg_current_wal_insert_lsn()::text"
 # NULL on a server that is not a standby: it has every write.
-_REPLAYED = "SELECT COALESCE(pg_last_wal_replay_lsn() >= CAST($1::text AS pg_lsn), true)"
+_REPLAYED = (
+    "SELECT CASE WHEN pg_is_in_recovery() THEN COALESCE(pg_last_wal_replay_lsn(), '0/0'::pg_lsn)::text"
+    " || ' ' || COALESCE(pg_last_wal_receive_lsn(), '0/0'::pg_lsn)::text END"
+)
+
+# What a replica's read raises when the replica, not the request, is at fault: the server is gone,
+# restarting or shutting down, a statement was cancelled (a recovery conflict, the statement timeout),
+# or no connection could be had in time.
+REPLICA_FAULTS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    DBAPIError,
+    PoolTimeout,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.SerializationError,
+)
+
+
+def lsn(text: str) -> int:
+    """A WAL position (`16/B374D848`) as a number, so that positions compare."""
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) + int(low, 16)
 
 
 class Replica:
-    """One read replica: its reader, and whether it has replayed the generation's position."""
+    """One read replica: its reader, the position it has replayed, and since when it is proven current."""
 
     def __init__(self, name: str, engine: AsyncEngine, reader: Reader) -> None:
         self.name = name
         self.engine = engine
         self.reader = reader
-        self.caught_up = False
+        # The WAL position it had replayed at the last check that reached it.
+        self.position = 0
+        # It has replayed everything the primary had committed at this moment (monotonic clock).
+        self.proven_at = -math.inf
         # Failing its reads or checks: warned of once, until it answers again.
         self.failing = False
+        # Its pooled connections may be dead: the next check starts from a fresh pool.
+        self._stale_pool = False
 
-    def failed(self, error: BaseException) -> None:
-        READ_REPLICA_FAILURES.inc()
+    def failed(self, error: BaseException, *, read: bool) -> None:
+        if read or not self.failing:
+            READ_REPLICA_FAILURES.inc()
+        self._stale_pool = True
         if not self.failing:
             self.failing = True
             logger.warning(
@@ -64,30 +123,53 @@ class Replica:
             self.failing = False
             logger.info("read replica %s answers again", self.name)
 
-    async def replayed(self, position: str) -> bool:
-        pooled = await self.engine.raw_connection()
-        try:
-            connection = pooled.driver_connection
-            assert connection is not None
-            return bool(await connection.fetchval(_REPLAYED, position))
-        finally:
-            pooled.close()
+    async def replayed(self) -> tuple[int, int] | None:
+        """The WAL positions it has replayed and received; None when it is not a standby (it has every write)."""
+        if self._stale_pool:
+            self._stale_pool = False
+            await self.engine.dispose()
+        text = await _fetch_value(self.engine, _REPLAYED)
+        if text is None:
+            return None
+        replayed, received = text.split()
+        return lsn(replayed), lsn(received)
 
 
 class ReplicaReader:
-    """A `Reader` that sends each read to a caught-up replica in turn, else to the primary."""
+    """A `Reader` that sends each read to a replica proven fresh enough in turn, else to the primary."""
 
     def __init__(
-        self, primary: Reader, primary_engine: AsyncEngine, replicas: Sequence[Replica], changes: ChangeFeed
+        self,
+        primary: Reader,
+        primary_engine: AsyncEngine,
+        replicas: Sequence[Replica],
+        changes: ChangeFeed,
+        *,
+        max_lag_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.primary = primary
         self.primary_engine = primary_engine
         self.replicas = tuple(replicas)
         self.changes = changes
-        self._turns = itertools.cycle(range(len(self.replicas)))
-        # The generation the replicas' flags were checked for; a fresh worker has checked none.
+        self.max_lag = max_lag_seconds
+        self.interval = max_lag_seconds / 4
+        self._clock = clock
+        self._turn = 0
         self._generation: object = _UNCHECKED
-        self._follower: asyncio.Task[None] | None = None
+        # Generation moves seen, and how many of them a check has turned into a floor.
+        self._catch_ups_requested = 0
+        self._catch_ups_done = 0
+        # The highest WAL position this worker's answers are known to include.
+        self.floor = 0
+        # The primary's last known position, and (time, position) of the recent checks.
+        self.primary_position = 0
+        self.primary_answering = True
+        self._history: deque[tuple[float, int]] = deque()
+        self._checks = 0
+        self._checked = asyncio.Condition()
+        self._wake = asyncio.Event()
+        self._monitor: asyncio.Task[None] | None = None
 
     async def point(self, read: Read, *values: Any) -> Sequence[Row]:
         return await self._read(lambda reader: reader.point, read, values)
@@ -98,67 +180,175 @@ class ReplicaReader:
     async def _read(self, method: _Method, read: Read, values: tuple[Any, ...]) -> Sequence[Row]:
         replica = self._choose()
         if replica is not None:
+            position = replica.position
             try:
-                return await method(replica.reader)(read, *values)
-            except (OSError, ConnectionError) as error:
-                self._set_aside(replica, error)
-        return await method(self.primary)(read, *values)
+                rows = await method(replica.reader)(read, *values)
+            except REPLICA_FAULTS as error:
+                replica.failed(error, read=True)
+                self._wake.set()
+            else:
+                if position > self.floor:
+                    self.floor = position
+                return rows
+        known = self.primary_position
+        try:
+            rows = await method(self.primary)(read, *values)
+        except REPLICA_FAULTS:
+            # The primary may have just gone down: once a check has seen it, a replica may serve.
+            replica = await self._after_a_check()
+            if replica is None:
+                raise
+            return await method(replica.reader)(read, *values)
+        if known > self.floor:
+            self.floor = known
+        return rows
+
+    async def _after_a_check(self) -> Replica | None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+                await self.checked()
+        return self._choose()
 
     def _choose(self) -> Replica | None:
+        self._start_monitor()
         generation = self.changes.generation()
         if generation != self._generation:
             self._generation = generation
-            for replica in self.replicas:
-                replica.caught_up = False
-            self._follow(generation)
-        for _ in self.replicas:
-            replica = self.replicas[next(self._turns)]
-            if replica.caught_up:
+            # Losing the feed announces nothing; a notice or following again does.
+            if generation is not None:
+                self._catch_ups_requested += 1
+                self._wake.set()
+        if self._catch_ups_requested != self._catch_ups_done:
+            return None
+        oldest = self._clock() - self.max_lag
+        count = len(self.replicas)
+        for _ in range(count):
+            replica = self.replicas[self._turn]
+            self._turn = (self._turn + 1) % count
+            if not replica.failing and replica.proven_at >= oldest and replica.position >= self.floor:
                 return replica
         return None
 
-    def _set_aside(self, replica: Replica, error: BaseException) -> None:
-        replica.failed(error)
-        replica.caught_up = False
-        self._follow(self._generation)
+    def serving(self) -> bool:
+        """Whether some replica may serve a read now (ignoring an outstanding catch-up)."""
+        oldest = self._clock() - self.max_lag
+        return any(
+            not replica.failing and replica.proven_at >= oldest and replica.position >= self.floor
+            for replica in self.replicas
+        )
 
-    def _follow(self, generation: object) -> None:
-        if self._follower is not None and not self._follower.done():
-            self._follower.cancel()
-        self._follower = asyncio.get_running_loop().create_task(self._catch_up(generation))
+    def problems(self) -> list[str]:
+        """The replicas that do not serve reads now, and why."""
+        oldest = self._clock() - self.max_lag
+        found: list[str] = []
+        for replica in self.replicas:
+            if replica.failing:
+                found.append(f"read replica {replica.name}: failing, its reads go to the primary")
+            elif replica.proven_at < oldest:
+                found.append(
+                    f"read replica {replica.name}: not proven within {self.max_lag:g} s of the primary,"
+                    " its reads go to the primary"
+                )
+        return found
 
-    async def _catch_up(self, generation: object) -> None:
-        """Mark each replica caught up once it has replayed the primary's position of now."""
-        position: str | None = None
-        warned = False
-        while position is None:
+    @property
+    def ever_checked(self) -> bool:
+        return self._checks > 0
+
+    async def checked(self) -> None:
+        """Wait until a check that started after this call has ended."""
+        self._start_monitor()
+        async with self._checked:
+            target = self._checks + 2  # the check under way may have started before this call
+            self._wake.set()
+            await self._checked.wait_for(lambda: self._checks >= target)
+
+    def _start_monitor(self) -> None:
+        if self._monitor is None or self._monitor.done():
+            self._monitor = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            self._wake.clear()
             try:
-                position = await _primary_position(self.primary_engine)
-            except Exception as error:  # the primary's own faults show on the requests that use it
-                if not warned:
-                    warned = True
-                    logger.warning("cannot read the primary's WAL position (%s); replicas wait", error)
-                await asyncio.sleep(FAILED_POLL_SECONDS)
-        behind = [replica for replica in self.replicas if not replica.caught_up]
-        while behind and self._generation == generation:
-            pause = CATCH_UP_POLL_SECONDS
-            for replica in list(behind):
-                try:
-                    replayed = await replica.replayed(position)
-                except Exception as error:  # a replica that is down waits for the next poll
-                    pause = FAILED_POLL_SECONDS
-                    replica.failed(error)
-                    continue
-                replica.answered()
-                if replayed:
-                    replica.caught_up = self._generation == generation
-                    behind.remove(replica)
-            if behind:
-                await asyncio.sleep(pause)
+                await self.check()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let the watch end: reads would stay on the primary for good
+                logger.exception("checking the read replicas failed")
+            pause = CATCH_UP_POLL_SECONDS if self._catching_up() else self.interval
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause):
+                    await self._wake.wait()
+
+    def _catching_up(self) -> bool:
+        oldest = self._clock() - self.max_lag
+        return any(
+            not replica.failing and replica.proven_at >= oldest and replica.position < self.floor
+            for replica in self.replicas
+        )
+
+    async def check(self) -> None:
+        """Measure the primary's position, then each replica's: who is proven current as of when."""
+        requested = self._catch_ups_requested
+        started = self._clock()
+        try:
+            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+                position = lsn(await _fetch_value(self.primary_engine, _PRIMARY_POSITION))
+        except Exception as error:  # the primary's own faults show on the requests that use it
+            if self.primary_answering:
+                logger.warning(
+                    "the primary does not answer (%s): replicas that have replayed its last position"
+                    " keep serving reads",
+                    error,
+                )
+            self.primary_answering = False
+            # A notice before the outage cannot be matched to a position any more: the replicas
+            # held current (below) have everything the primary sent them.
+            self._catch_ups_done = requested
+        else:
+            if not self.primary_answering:
+                logger.info("the primary answers again")
+            self.primary_answering = True
+            self.primary_position = position
+            self._history.append((started, position))
+            while self._history and self._history[0][0] < started - 2 * self.max_lag:
+                self._history.popleft()
+            if requested != self._catch_ups_done:
+                self.floor = max(self.floor, position)
+                self._catch_ups_done = requested
+        await asyncio.gather(*(self._check_replica(replica, started) for replica in self.replicas))
+        async with self._checked:
+            self._checks += 1
+            self._checked.notify_all()
+
+    async def _check_replica(self, replica: Replica, started: float) -> None:
+        try:
+            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+                positions = await replica.replayed()
+        except Exception as error:  # a replica that is down waits for the next check
+            replica.failed(error, read=False)
+            return
+        replica.answered()
+        if positions is None:  # not a standby
+            replayed = received = max(replica.position, self.primary_position)
+        else:
+            replayed, received = positions
+        replica.position = replayed
+        if not self.primary_answering:
+            # Held current: it has applied all the WAL it received, and at least the primary's
+            # last known position (only a primary seen answering has one).
+            if self._history and replayed >= max(self.primary_position, received):
+                replica.proven_at = started
+            return
+        for measured_at, primary_position in reversed(self._history):
+            if replayed >= primary_position:
+                replica.proven_at = max(replica.proven_at, measured_at)
+                return
 
     def close(self) -> None:
-        if self._follower is not None:
-            self._follower.cancel()
+        if self._monitor is not None:
+            self._monitor.cancel()
         self.primary.close()
         for replica in self.replicas:
             replica.reader.close()
@@ -169,11 +359,20 @@ _UNCHECKED = object()
 _Method = Callable[[Reader], Callable[..., Awaitable[Sequence[Row]]]]
 
 
-async def _primary_position(engine: AsyncEngine) -> str:
+async def _fetch_value(engine: AsyncEngine, statement: str) -> Any:
+    """One value, on a pooled connection; a connection found closed is dropped, not put back."""
     pooled = await engine.raw_connection()
+    connection = pooled.driver_connection
+    assert connection is not None
     try:
-        connection = pooled.driver_connection
-        assert connection is not None
-        return str(await connection.fetchval(_PRIMARY_POSITION))
-    finally:
-        pooled.close()
+        value = await connection.fetchval(statement)
+    except BaseException as error:
+        if isinstance(error, asyncio.CancelledError):
+            connection.terminate()
+        if connection.is_closed():
+            await greenlet_spawn(pooled.invalidate, error)
+        else:
+            pooled.close()
+        raise
+    pooled.close()
+    return value

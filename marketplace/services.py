@@ -112,7 +112,9 @@ def build_services(settings: Settings) -> Services:
             Replica(masked_url(url), replica, PostgresReader(replica))
             for url, replica in zip(settings.read_urls, replica_engines, strict=True)
         ]
-        reader = ReplicaReader(reader, engine, replicas, changes)
+        reader = ReplicaReader(
+            reader, engine, replicas, changes, max_lag_seconds=settings.read_replica_max_lag_seconds
+        )
     return Services(
         settings=settings,
         engine=engine,

@@ -22,6 +22,7 @@ from marketplace.services import Services, build_services
 from tests.catalogue import catalogue
 from tests.platform_names import RENAMED, ContractWordsTransport
 from tests.profiles import POSTGRES_ADMIN_URL, REDIS_URL, postgres_admin, require_service, unique_name
+from tests.topology import standby, standby_database, standby_topology  # noqa: F401  (fixtures)
 from tests.upstream import FakeUpstream
 
 GRANT_SECRET = "correct horse battery staple"

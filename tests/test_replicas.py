@@ -2,7 +2,7 @@
 
 The "replica" here is a copy of the primary's database in which one resource has another name, so
 that each answer shows which database served it. A copy is not in recovery, so it counts as caught
-up unless a test holds it back.
+up unless a test holds it back. Tests against a real streaming standby: test_replica_standby.py.
 """
 
 from __future__ import annotations
@@ -118,14 +118,16 @@ async def test_reads_stay_on_the_primary_until_the_replica_replays_the_announced
     replayed = asyncio.Event()
     real_replayed = Replica.replayed
 
-    async def held_back(self: Replica, position: str) -> bool:
-        return replayed.is_set() and await real_replayed(self, position)
+    async def held_back(self: Replica) -> tuple[int, int] | None:
+        # A standby that has replayed nothing, until released.
+        return await real_replayed(self) if replayed.is_set() else (0, 0)
 
     monkeypatch.setattr(Replica, "replayed", held_back)
     await rename_elsewhere(settings, 1, "Renamed On The Primary")  # a write announced by the primary
     await until_named(client, "Renamed On The Primary")
     assert [await name_of(client) for _ in range(5)] == ["Renamed On The Primary"] * 5
-    assert not any(replica.caught_up for replica in replica_reader(services).replicas)
+    reader = replica_reader(services)
+    assert all(replica.position < reader.floor for replica in reader.replicas)
     replayed.set()
     await until_named(client, REPLICA_NAME)
 
@@ -152,7 +154,7 @@ async def test_a_failing_replica_is_set_aside_and_its_read_answered_by_the_prima
                 await gone.dispose()
             assert [answer.status_code for answer in answers] == [200, 200, 200]
             assert {answer.json()["name"] for answer in answers} == {PRIMARY_NAME}
-            assert not replica.caught_up
+            assert replica.failing
             assert "read replica" in caplog.text
             assert caplog.text.count("reads go to the primary until it answers") == 1  # once per outage
             assert READ_REPLICA_FAILURES._value.get() > failures
@@ -179,3 +181,9 @@ def test_read_replicas_need_a_postgresql_primary_and_postgresql_urls() -> None:
         database_read_urls=" postgresql://one/db ,postgresql://two/db,",
     )
     assert parsed.read_urls == ("postgresql://one/db", "postgresql://two/db")
+
+
+def test_the_replica_lag_bound_is_a_positive_number_of_seconds() -> None:
+    assert Settings(_env_file=None).read_replica_max_lag_seconds == 1.0  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="greater than 0"):
+        Settings(_env_file=None, read_replica_max_lag_seconds=0)  # type: ignore[call-arg]

@@ -117,7 +117,7 @@ DB_WRITE_CONFLICTS = Counter(
 )
 READ_REPLICA_FAILURES = Counter(
     "marketplace_read_replica_failures_total",
-    "Failed reads and catch-up checks of read replicas; their reads go to the primary meanwhile.",
+    "Failed reads of read replicas, and replicas found failing by a check; their reads go to the primary meanwhile.",
 )
 STORE_ERRORS = Counter(
     "marketplace_store_errors_total",
