@@ -27,6 +27,11 @@ class Settings(BaseSettings):
     # PostgreSQL read replicas of `database_url`, comma-separated: the public reads go to them in
     # turn once they have replayed the changes a worker has seen (replicas.py).
     database_read_urls: str = ""
+    # `transaction`: `database_url` goes through a transaction-mode pooler (PgBouncer), so every
+    # connection keeps no state between transactions (db.py).
+    database_pooler: Literal["none", "transaction"] = "none"
+    # A direct (unpooled) PostgreSQL URL for the change feed's LISTEN; unset, `database_url`.
+    database_listen_url: str | None = None
     redis_url: str | None = None
     # Prefix of every Redis key, so that several services (or test runs) can share one Redis.
     redis_prefix: str = "marketplace:"
@@ -87,6 +92,14 @@ class Settings(BaseSettings):
         if any(not url.startswith(postgresql) for url in urls):
             raise ValueError("read replicas are PostgreSQL URLs (postgresql://...)")
         return value
+
+    @field_validator("database_listen_url")
+    @classmethod
+    def _postgresql_listener(cls, value: str | None) -> str | None:
+        postgresql = ("postgresql://", "postgres://", "postgresql+asyncpg://")
+        if value and not value.startswith(postgresql):
+            raise ValueError("the LISTEN URL is a PostgreSQL URL (postgresql://...)")
+        return value or None
 
     @field_validator("chat_name")
     @classmethod

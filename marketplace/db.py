@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -94,11 +95,17 @@ def create_engine(settings: Settings, *, statement_timeout: float | None = None)
                 pool_timeout=settings.db_pool_timeout_seconds,
             )
     else:
+        pooled = settings.database_pooler == "transaction"
         connect_args: dict[str, Any] = {"timeout": settings.db_connect_timeout_seconds}
+        if pooled:
+            connect_args.update(TRANSACTION_POOLER_CONNECT_ARGS)
         if statement_timeout is not None:
             # The server cancels a statement (or a lock wait) past the bound; the client gives up a
             # little later should the server itself not answer.
-            connect_args["server_settings"] = {"statement_timeout": str(math.ceil(statement_timeout * 1000))}
+            if not pooled:
+                connect_args["server_settings"] = {
+                    "statement_timeout": str(math.ceil(statement_timeout * 1000))
+                }
             connect_args["command_timeout"] = statement_timeout + 1.0
         options.update(
             connect_args=connect_args,
@@ -114,7 +121,52 @@ def create_engine(settings: Settings, *, statement_timeout: float | None = None)
     announce_commits(engine)
     if url.get_backend_name() == "sqlite":
         _prepare_sqlite(engine, statement_timeout)
+    elif settings.database_pooler == "transaction" and statement_timeout is not None:
+        _bound_each_transaction(engine, statement_timeout)
     return engine
+
+
+def unique_statement_name() -> str:
+    """A prepared statement's name no other connection of any process uses."""
+    return f"__mp_{uuid.uuid4().hex}__"
+
+
+# Behind a transaction-mode pooler each transaction (and each statement outside one) may run on
+# another server connection, shared with other clients; so the driver keeps nothing it would find
+# again on its server connection: no statement cache (asyncpg's and SQLAlchemy's), a name of its
+# own for each statement SQLAlchemy prepares (asyncpg numbers them from 1 on every connection, and
+# two clients' `__asyncpg_stmt_1__` meet on one server), and no startup parameter the pooler
+# refuses (`server_settings`). Statements outside a transaction are unnamed, parsed and run in one
+# exchange. This works whether or not the pooler tracks prepared statements itself (PgBouncer 1.21+
+# `max_prepared_statements`).
+TRANSACTION_POOLER_CONNECT_ARGS: dict[str, Any] = {
+    "statement_cache_size": 0,
+    "prepared_statement_cache_size": 0,
+    "prepared_statement_name_func": unique_statement_name,
+}
+
+
+def _bound_each_transaction(engine: AsyncEngine, statement_timeout: float) -> None:
+    """`SET LOCAL statement_timeout` first in each transaction: through a transaction-mode pooler
+    a session's setting would leak to the pooler's other clients, and startup parameters are refused.
+
+    Statements outside a transaction (the public reads, autocommit sessions) are cancelled by the
+    client instead: asyncpg sends the server a cancel request at its timeout, which the pooler
+    forwards to the server connection running the statement.
+    """
+    set_bound = f"SET LOCAL statement_timeout = {math.ceil(statement_timeout * 1000)}"
+
+    def bound_transaction(connection: Any) -> None:
+        dbapi_connection = connection.connection.dbapi_connection
+        if dbapi_connection is None or dbapi_connection.autocommit:
+            return
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(set_bound)
+        finally:
+            cursor.close()
+
+    event.listen(engine.sync_engine, "begin", bound_transaction)
 
 
 @asynccontextmanager
