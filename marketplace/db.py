@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -126,23 +125,28 @@ def create_engine(settings: Settings, *, statement_timeout: float | None = None)
     return engine
 
 
-def unique_statement_name() -> str:
-    """A prepared statement's name no other connection of any process uses."""
-    return f"__mp_{uuid.uuid4().hex}__"
+def unnamed_statement() -> str:
+    """The name of each statement SQLAlchemy prepares behind a pooler: none (the unnamed statement)."""
+    return ""
 
 
-# Behind a transaction-mode pooler each transaction (and each statement outside one) may run on
-# another server connection, shared with other clients; so the driver keeps nothing it would find
-# again on its server connection: no statement cache (asyncpg's and SQLAlchemy's), a name of its
-# own for each statement SQLAlchemy prepares (asyncpg numbers them from 1 on every connection, and
-# two clients' `__asyncpg_stmt_1__` meet on one server), and no startup parameter the pooler
-# refuses (`server_settings`). Statements outside a transaction are unnamed, parsed and run in one
-# exchange. This works whether or not the pooler tracks prepared statements itself (PgBouncer 1.21+
-# `max_prepared_statements`).
+# Behind a transaction-mode pooler each transaction, and each statement outside one, may run on
+# another server connection that other clients share, so the driver keeps nothing on a server
+# connection that it would look for again:
+# - no statement cache (asyncpg's and SQLAlchemy's): a cached statement lives on one server;
+# - no statement names: asyncpg numbers its statements from 1 on every connection, so two clients'
+#   `__asyncpg_stmt_1__` meet on one server ("already exists"); a name of its own per statement
+#   (a uuid) does not meet another, but outside a transaction it is parsed in one exchange and
+#   bound in the next, which may reach another server ("does not exist"), and it stays on its
+#   server until that closes. Unnamed, asyncpg parses a statement again with its bind, in one
+#   exchange: nothing outlives it, on any server;
+# - no startup parameter the pooler refuses (`server_settings`): see `_bound_each_transaction`.
+# This holds whether or not the pooler tracks prepared statements itself (PgBouncer 1.21+
+# `max_prepared_statements`), which passes unnamed statements through as they are.
 TRANSACTION_POOLER_CONNECT_ARGS: dict[str, Any] = {
     "statement_cache_size": 0,
     "prepared_statement_cache_size": 0,
-    "prepared_statement_name_func": unique_statement_name,
+    "prepared_statement_name_func": unnamed_statement,
 }
 
 
