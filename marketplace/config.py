@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     database_read_urls: str = ""
     # A replica serves a read only while it is proven at most this far behind the primary (replicas.py).
     read_replica_max_lag_seconds: float = Field(default=1.0, gt=0)
+    # `transaction`: `database_url` goes through a transaction-mode pooler (PgBouncer), so every
+    # connection keeps no state between transactions (db.py).
+    database_pooler: Literal["none", "transaction"] = "none"
+    # A direct (unpooled) PostgreSQL URL for the change feed's LISTEN; unset, `database_url`.
+    database_listen_url: str | None = None
     redis_url: str | None = None
     # Prefix of every Redis key, so that several services (or test runs) can share one Redis.
     redis_prefix: str = "marketplace:"
@@ -97,6 +102,14 @@ class Settings(BaseSettings):
         if any(not url.startswith(postgresql) for url in urls):
             raise ValueError("read replicas are PostgreSQL URLs (postgresql://...)")
         return value
+
+    @field_validator("database_listen_url")
+    @classmethod
+    def _postgresql_listener(cls, value: str | None) -> str | None:
+        postgresql = ("postgresql://", "postgres://", "postgresql+asyncpg://")
+        if value and not value.startswith(postgresql):
+            raise ValueError("the LISTEN URL is a PostgreSQL URL (postgresql://...)")
+        return value or None
 
     @field_validator("chat_name")
     @classmethod

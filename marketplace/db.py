@@ -94,11 +94,17 @@ def create_engine(settings: Settings, *, statement_timeout: float | None = None)
                 pool_timeout=settings.db_pool_timeout_seconds,
             )
     else:
+        pooled = settings.database_pooler == "transaction"
         connect_args: dict[str, Any] = {"timeout": settings.db_connect_timeout_seconds}
+        if pooled:
+            connect_args.update(TRANSACTION_POOLER_CONNECT_ARGS)
         if statement_timeout is not None:
             # The server cancels a statement (or a lock wait) past the bound; the client gives up a
             # little later should the server itself not answer.
-            connect_args["server_settings"] = {"statement_timeout": str(math.ceil(statement_timeout * 1000))}
+            if not pooled:
+                connect_args["server_settings"] = {
+                    "statement_timeout": str(math.ceil(statement_timeout * 1000))
+                }
             connect_args["command_timeout"] = statement_timeout + 1.0
         options.update(
             connect_args=connect_args,
@@ -114,7 +120,57 @@ def create_engine(settings: Settings, *, statement_timeout: float | None = None)
     announce_commits(engine)
     if url.get_backend_name() == "sqlite":
         _prepare_sqlite(engine, statement_timeout)
+    elif settings.database_pooler == "transaction" and statement_timeout is not None:
+        _bound_each_transaction(engine, statement_timeout)
     return engine
+
+
+def unnamed_statement() -> str:
+    """The name of each statement SQLAlchemy prepares behind a pooler: none (the unnamed statement)."""
+    return ""
+
+
+# Behind a transaction-mode pooler each transaction, and each statement outside one, may run on
+# another server connection that other clients share, so the driver keeps nothing on a server
+# connection that it would look for again:
+# - no statement cache (asyncpg's and SQLAlchemy's): a cached statement lives on one server;
+# - no statement names: asyncpg numbers its statements from 1 on every connection, so two clients'
+#   `__asyncpg_stmt_1__` meet on one server ("already exists"); a name of its own per statement
+#   (a uuid) does not meet another, but outside a transaction it is parsed in one exchange and
+#   bound in the next, which may reach another server ("does not exist"), and it stays on its
+#   server until that closes. Unnamed, asyncpg parses a statement again with its bind, in one
+#   exchange: nothing outlives it, on any server;
+# - no startup parameter the pooler refuses (`server_settings`): see `_bound_each_transaction`.
+# This holds whether or not the pooler tracks prepared statements itself (PgBouncer 1.21+
+# `max_prepared_statements`), which passes unnamed statements through as they are.
+TRANSACTION_POOLER_CONNECT_ARGS: dict[str, Any] = {
+    "statement_cache_size": 0,
+    "prepared_statement_cache_size": 0,
+    "prepared_statement_name_func": unnamed_statement,
+}
+
+
+def _bound_each_transaction(engine: AsyncEngine, statement_timeout: float) -> None:
+    """`SET LOCAL statement_timeout` first in each transaction: through a transaction-mode pooler
+    a session's setting would leak to the pooler's other clients, and startup parameters are refused.
+
+    Statements outside a transaction (the public reads, autocommit sessions) are cancelled by the
+    client instead: asyncpg sends the server a cancel request at its timeout, which the pooler
+    forwards to the server connection running the statement.
+    """
+    set_bound = f"SET LOCAL statement_timeout = {math.ceil(statement_timeout * 1000)}"
+
+    def bound_transaction(connection: Any) -> None:
+        dbapi_connection = connection.connection.dbapi_connection
+        if dbapi_connection is None or dbapi_connection.autocommit:
+            return
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(set_bound)
+        finally:
+            cursor.close()
+
+    event.listen(engine.sync_engine, "begin", bound_transaction)
 
 
 @asynccontextmanager

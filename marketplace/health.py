@@ -48,6 +48,8 @@ def changes_degraded(max_age_seconds: float) -> str:
 
 class ChangesNotProven(Exception):
     pass
+
+
 PRIMARY_DEGRADED = "database: the primary does not answer: writes fail, reads are answered by read replicas"
 
 

@@ -178,8 +178,11 @@ class _Prepared:
 class PostgresReader:
     """Reads through the asyncpg connection of a pooled connection, which prepares each statement once."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, cancel_after: float | None = None) -> None:
         self._engine = engine
+        # Behind a transaction-mode pooler the server has no statement timeout for a read (db.py):
+        # the driver cancels it on the server at this bound.
+        self._cancel_after = cancel_after
         # asyncpg returns every column as the models' Python types already.
         self._prepared = _Prepared(engine, convert_columns=False)
         # Reads hold at most the pool's steady connections at once: beyond them the pool opens
@@ -211,7 +214,9 @@ class PostgresReader:
         connection = pooled.driver_connection
         assert connection is not None
         try:
-            rows: Sequence[Row] = await connection.fetch(prepared.sql, *prepared.arguments(values))
+            rows: Sequence[Row] = await connection.fetch(
+                prepared.sql, *prepared.arguments(values), timeout=self._cancel_after
+            )
         except BaseException as error:
             if isinstance(error, asyncio.CancelledError):
                 # A statement abandoned mid-way leaves the connection in an unknown state.
@@ -349,11 +354,12 @@ class EngineReader:
         return None
 
 
-def build_reader(engine: AsyncEngine, statement_timeout: float | None) -> Reader:
+def build_reader(engine: AsyncEngine, statement_timeout: float | None, *, pooled: bool = False) -> Reader:
+    """The reader of `engine`'s database; `pooled`: PostgreSQL through a transaction-mode pooler."""
     url = engine.url
     reader: Reader
     if url.get_backend_name() == "postgresql":
-        reader = PostgresReader(engine)
+        reader = PostgresReader(engine, cancel_after=statement_timeout if pooled else None)
     elif url.database in (None, "", ":memory:") or url.query.get("mode") == "memory":
         reader = EngineReader(engine)
     else:

@@ -88,6 +88,21 @@ def _count_pool_usage(engine: AsyncEngine, settings: Settings) -> None:
     event.listen(engine.sync_engine, "checkin", checked_in)
 
 
+def listen_url(settings: Settings) -> str:
+    """The URL the change feed listens on: a direct one when the main URL goes through a pooler."""
+    if settings.database_listen_url:
+        return settings.database_listen_url
+    postgresql = async_url(settings.database_url).get_backend_name() == "postgresql"
+    if postgresql and settings.database_pooler == "transaction":
+        logger.warning(
+            "MARKETPLACE_DATABASE_POOLER=transaction without MARKETPLACE_DATABASE_LISTEN_URL: change "
+            "notices cannot be delivered through a transaction-mode pooler, so cached answers rely on "
+            "their age bound to see other processes' writes; set MARKETPLACE_DATABASE_LISTEN_URL to a "
+            "direct PostgreSQL URL"
+        )
+    return settings.database_url
+
+
 def build_services(settings: Settings) -> Services:
     engine = create_engine(settings, statement_timeout=settings.db_statement_timeout_seconds)
     _count_pool_usage(engine, settings)
@@ -97,7 +112,12 @@ def build_services(settings: Settings) -> Services:
         logger.warning("MARKETPLACE_APP_KEY is unset: activity-log address hashes differ between processes")
         app_key = secrets.token_bytes(32)
     store = build_store(settings)
-    changes = change_feed_for(async_url(settings.database_url), engine, settings.db_connect_timeout_seconds)
+    changes = change_feed_for(
+        async_url(settings.database_url),
+        engine,
+        settings.db_connect_timeout_seconds,
+        listen_url=async_url(listen_url(settings)),
+    )
     follow_own_commits(engine, changes)
     replica_engines = tuple(
         create_engine(
@@ -106,10 +126,12 @@ def build_services(settings: Settings) -> Services:
         )
         for url in settings.read_urls
     )
-    reader = build_reader(engine, settings.db_statement_timeout_seconds)
+    pooled = settings.database_pooler == "transaction"
+    cancel_after = settings.db_statement_timeout_seconds if pooled else None
+    reader = build_reader(engine, settings.db_statement_timeout_seconds, pooled=pooled)
     if replica_engines:
         replicas = [
-            Replica(masked_url(url), replica, PostgresReader(replica))
+            Replica(masked_url(url), replica, PostgresReader(replica, cancel_after=cancel_after))
             for url, replica in zip(settings.read_urls, replica_engines, strict=True)
         ]
         reader = ReplicaReader(

@@ -21,7 +21,16 @@ from marketplace.platform_names import PlatformNames
 from marketplace.services import Services, build_services
 from tests.catalogue import catalogue
 from tests.platform_names import RENAMED, ContractWordsTransport
-from tests.profiles import POSTGRES_ADMIN_URL, REDIS_URL, postgres_admin, require_service, unique_name
+from tests.profiles import (
+    POSTGRES_ADMIN_URL,
+    REDIS_URL,
+    VIA_POOLER,
+    postgres_admin,
+    require_pooler,
+    require_service,
+    through_pooler,
+    unique_name,
+)
 from tests.topology import standby, standby_database, standby_topology  # noqa: F401  (fixtures)
 from tests.upstream import FakeUpstream
 
@@ -70,6 +79,8 @@ def profile(request: pytest.FixtureRequest) -> str:
     if request.param == "postgresql":
         require_service("PostgreSQL", "127.0.0.1", 5432)
         require_service("Redis", "127.0.0.1", 6379)
+        if VIA_POOLER:
+            require_pooler()
     return str(request.param)
 
 
@@ -121,15 +132,19 @@ def platform_names(request: pytest.FixtureRequest) -> PlatformNames:
 
 @pytest.fixture
 def settings(
+    profile: str,
     database_url: str,
     redis_url: str | None,
     upstream: FakeUpstream,
     tmp_path: Path,
     platform_names: PlatformNames,
 ) -> Settings:
+    database: dict[str, str] = {"database_url": database_url}
+    if VIA_POOLER and profile == "postgresql":
+        database = through_pooler(database_url)
     return Settings(
         _env_file=None,  # type: ignore[call-arg]
-        database_url=database_url,
+        **database,
         redis_url=redis_url,
         redis_prefix=unique_name("mp_test") + ":",
         base_url="http://marketplace.test",

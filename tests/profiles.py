@@ -13,11 +13,17 @@ import socket
 import uuid
 
 import pytest
+from sqlalchemy import make_url
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "MARKETPLACE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 REDIS_URL = os.environ.get("MARKETPLACE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# With MARKETPLACE_TEST_VIA_POOLER=1 the PostgreSQL profile's service reaches its database through
+# the transaction-mode PgBouncer of scripts/topology/pgbouncer (the tests' own admin work and the
+# change feed's LISTEN stay direct). The pooler's tests (tests/test_pooler.py) use it in every run.
+VIA_POOLER = os.environ.get("MARKETPLACE_TEST_VIA_POOLER") == "1"
+POOLER_URL = os.environ.get("MARKETPLACE_TEST_POOLER_URL", "postgresql://postgres@127.0.0.1:16432")
 MARIADB_URL = os.environ.get("MARKETPLACE_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
 
 
@@ -85,3 +91,18 @@ sqlite_only = pytest.mark.parametrize("profile", ["sqlite"], indirect=True)
 
 # For what exists on PostgreSQL only (its indexes).
 postgresql_only = pytest.mark.parametrize("profile", ["postgresql"], indirect=True)
+
+
+def require_pooler() -> None:
+    url = make_url(POOLER_URL)
+    require_service("PgBouncer (scripts/topology/pgbouncer start)", url.host or "127.0.0.1", url.port or 6432)
+
+
+def through_pooler(direct_url: str) -> dict[str, str]:
+    """The settings of a service on `direct_url`'s database reached through the pooler."""
+    name = make_url(direct_url).database
+    return {
+        "database_url": make_url(POOLER_URL).set(database=name).render_as_string(hide_password=False),
+        "database_listen_url": direct_url,
+        "database_pooler": "transaction",
+    }

@@ -55,6 +55,11 @@ async def replica_url(settings: Settings) -> AsyncIterator[str]:
     await rename_elsewhere(settings, 1, PRIMARY_NAME)
     primary = make_url(settings.database_url)
     name = unique_name("mp_replica")
+    # A pooler in between keeps idle server connections to the primary's database; a template must have none.
+    await admin(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        f"WHERE datname = '{primary.database}' AND pid <> pg_backend_pid()"
+    )
     await admin(f'CREATE DATABASE "{name}" TEMPLATE "{primary.database}"')
     url = primary.set(database=name).render_as_string(hide_password=False)
     copy = await asyncpg.connect(dsn(url))

@@ -200,7 +200,9 @@ async def test_loading_a_fixture_document_reaches_the_workers(
 
 
 def asyncpg_dsn(settings: Settings) -> str:
-    return make_url(settings.database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    """A direct connection to the test's database (a pooler in between would deliver no notice)."""
+    url = settings.database_listen_url or settings.database_url
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @postgresql_only

@@ -49,6 +49,7 @@ class BackOffice:
             "MARKETPLACE_REDIS_URL": settings.redis_url,
             "MARKETPLACE_REDIS_PREFIX": settings.redis_prefix,
             "MARKETPLACE_APP_KEY": settings.app_key,
+            "MARKETPLACE_DATABASE_POOLER": settings.database_pooler,
         }
         self.settings = settings
 
