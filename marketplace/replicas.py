@@ -7,9 +7,10 @@ A replica serves a read only while all of these hold, else the read goes to the 
 - Bounded lag. Every `MARKETPLACE_READ_REPLICA_MAX_LAG_SECONDS / 4` each worker asks the primary
   for its WAL position, then each replica for the position it has replayed
   (`pg_last_wal_replay_lsn()`). A replica that has replayed a position the primary had at time T
-  is proven current as of T; it serves while T is at most the max lag ago. This runs whatever the
-  change feed's state, so a replica that falls behind is noticed within a quarter of the bound
-  even while no notice can arrive.
+  is proven current as of T; it serves while T is at most the max lag ago, and an answer read
+  from it ages from T, not from the request (`freshness.py`). This runs whatever the change
+  feed's state, so a replica that falls behind is noticed within a quarter of the bound even
+  while no notice can arrive.
 - Catch-up after a notice. When the worker's generation moves (a notice arrived, or the worker
   starts following the changes again), the worker's caches keep what they read under the new
   generation: a replica serves again only once it has replayed the primary's position measured
@@ -42,7 +43,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -53,8 +53,11 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from marketplace import freshness
 from marketplace.changes import ChangeFeed
+from marketplace.freshness import read_proven_as_of
 from marketplace.readers import Read, Reader, Row
+from marketplace.telemetry.logs import start_background
 from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
 
 logger = logging.getLogger("marketplace.replicas")
@@ -146,7 +149,7 @@ class ReplicaReader:
         changes: ChangeFeed,
         *,
         max_lag_seconds: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = freshness.clock,
     ) -> None:
         self.primary = primary
         self.primary_engine = primary_engine
@@ -181,6 +184,8 @@ class ReplicaReader:
         replica = self._choose()
         if replica is not None:
             position = replica.position
+            # What it answers holds the changes committed by then, not by the request's start.
+            read_proven_as_of(replica.proven_at)
             try:
                 rows = await method(replica.reader)(read, *values)
             except REPLICA_FAULTS as error:
@@ -198,6 +203,7 @@ class ReplicaReader:
             replica = await self._after_a_check()
             if replica is None:
                 raise
+            read_proven_as_of(replica.proven_at)
             return await method(replica.reader)(read, *values)
         if known > self.floor:
             self.floor = known
@@ -265,7 +271,7 @@ class ReplicaReader:
 
     def _start_monitor(self) -> None:
         if self._monitor is None or self._monitor.done():
-            self._monitor = asyncio.get_running_loop().create_task(self._watch())
+            self._monitor = start_background(self._watch())
 
     async def _watch(self) -> None:
         while True:

@@ -8,6 +8,7 @@ up unless a test holds it back. Tests against a real streaming standby: test_rep
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -26,7 +27,7 @@ from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
 from tests.catalogue import catalogue
 from tests.conftest import make_client
 from tests.profiles import POSTGRES_ADMIN_URL, postgresql_only, unique_name
-from tests.test_worker_cache import rename_elsewhere
+from tests.test_worker_cache import rename_elsewhere, until_following
 
 PRIMARY_NAME = "Name On The Primary"
 REPLICA_NAME = "Name On The Replica"
@@ -192,3 +193,29 @@ def test_the_replica_lag_bound_is_a_positive_number_of_seconds() -> None:
     assert Settings(_env_file=None).read_replica_max_lag_seconds == 1.0  # type: ignore[call-arg]
     with pytest.raises(ValidationError, match="greater than 0"):
         Settings(_env_file=None, read_replica_max_lag_seconds=0)  # type: ignore[call-arg]
+
+
+@postgresql_only
+async def test_an_answer_read_from_a_replica_is_kept_as_old_as_the_replicas_proof(
+    settings: Settings, replica_url: str
+) -> None:
+    # A long lag bound: one check proves the replica, and no other check moves its proof meanwhile.
+    services = build_services(
+        settings.model_copy(update={"database_read_urls": replica_url, "read_replica_max_lag_seconds": 40})
+    )
+    try:
+        async with make_client(services) as client:
+            reader = replica_reader(services)
+            await until_following(services)
+            # The first read after the feed's proof waits for a catch-up check; then replicas serve.
+            assert (await client.get("/api/v1/resource/2")).status_code == 200
+            await reader.checked()
+            services.worker_cache.clear()
+            proven_at = reader.replicas[0].proven_at
+            requested_at = time.monotonic()
+            assert await name_of(client) == REPLICA_NAME
+            assert reader.replicas[0].proven_at == proven_at
+            [kept] = services.worker_cache._entries.values()
+            assert kept.as_of == proven_at < requested_at
+    finally:
+        await services.close()
