@@ -74,17 +74,25 @@ def client_ip(scope: Scope, trusted: TrustedProxies = EVERY_PROXY) -> str:
     return _first_untrusted(entries, peer, trusted)
 
 
+# The first 12 bytes of an IPv4-mapped IPv6 address (::ffff:a.b.c.d).
+_IPV4_MAPPED = bytes(10) + b"\xff\xff"
+
+
 def client_network(address: str, ipv6_prefix: int) -> str:
     """The key a client is counted by: an IPv4 address itself, an IPv6 address's network of
-    `ipv6_prefix` bits (`2001:db8:1:2::/64`); text that is no address is returned as it is."""
+    `ipv6_prefix` bits (`2001:db8:1:2::/64`); text that is no address is returned as it is.
+    Parsed by the C library, as `_normalised` does, several times faster than `ipaddress`."""
     if ":" not in address:
         return address  # IPv4 (nearly every client): already canonical, nothing to compute
-    parsed = _address(address)
-    if not isinstance(parsed, ipaddress.IPv6Address):
+    try:
+        packed = socket.inet_pton(socket.AF_INET6, address)
+    except OSError:
         return address
-    if parsed.ipv4_mapped is not None:
-        return str(parsed.ipv4_mapped)
-    return str(ipaddress.IPv6Network((parsed, ipv6_prefix), strict=False))
+    if packed[:12] == _IPV4_MAPPED:
+        return socket.inet_ntop(socket.AF_INET, packed[12:])
+    host_bits = 128 - ipv6_prefix
+    network = int.from_bytes(packed, "big") >> host_bits << host_bits
+    return f"{socket.inet_ntop(socket.AF_INET6, network.to_bytes(16, 'big'))}/{ipv6_prefix}"
 
 
 def _address(text: str) -> IPAddress | None:

@@ -128,7 +128,6 @@ class ApiRouter:
         self.routes = tuple(routes)
         self.group_limits = tuple(group_limits)
         self.services = services
-        self._ipv6_limit_prefix = services.settings.ipv6_limit_prefix
         # The routes a path may match, by its first segment (all routes but a few begin with a
         # literal one), each list in declaration order: a request tries only its candidates.
         self._anywhere = tuple(route for route in self.routes if _first_segment(route.path) is None)
@@ -178,7 +177,7 @@ class ApiRouter:
     ) -> None:
         ip = request_client_ip(scope)
         # Limiters count a client by its network (an IPv6 client's /64), not by its one address.
-        counted_as = client_network(ip, self._ipv6_limit_prefix)
+        counted_as = client_network(ip, self.services.settings.ipv6_limit_prefix)
         limits = [limit for rule in (*self.group_limits, *route.limits) for limit in rule(counted_as, params)]
         try:
             counted = await enforce(self.services.store, limits)
