@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     app_key: str | None = None
     # Peers whose X-Forwarded-For is read: "*" (every peer, the contract's rule) or addresses/CIDRs.
     trusted_proxies: str = "*"
+    # IPv6 clients are limited per network of this many leading bits (IPv4 per address).
+    ipv6_limit_prefix: int = Field(default=64, ge=1, le=128)
     # Connection pool of a server database (PostgreSQL), per worker process.
     db_pool_size: int = Field(default=10, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)

@@ -129,6 +129,53 @@ async def test_secrets_never_reach_a_log(client: httpx.AsyncClient, caplog: pyte
     assert lines[1]["query"] == "custom_password=[hidden]&x=1"
 
 
+LICENCE_KEY = "BUYER-LICENCE-KEY-0451"
+
+
+@sqlite_only
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "body", "status"),
+    [
+        ("GET", f"/api/v1/licence/{LICENCE_KEY}", {}, b"", 405),
+        ("HEAD", f"/api/v1/licence/{LICENCE_KEY}", {}, b"", 405),
+        ("PUT", f"/api/v1/licence/{LICENCE_KEY}", {}, b"", 405),
+        ("BREW", f"/api/v1/licence/{LICENCE_KEY}", {}, b"", 405),
+        ("POST", f"/api/v1/licence/AB%2F{LICENCE_KEY}", {}, b"", 404),
+        ("POST", f"/api/v1/licence/{LICENCE_KEY}/extra", {}, b"", 404),
+        ("POST", f"/api/v1/LICENCE/{LICENCE_KEY}", {}, b"", 404),
+        ("POST", f"/api/v1/licence/line%0A{LICENCE_KEY}", {}, b"", 200),
+        ("POST", f"/api/licence/{LICENCE_KEY}", {}, b"", 404),
+        (
+            "OPTIONS",
+            f"/api/v1/licence/{LICENCE_KEY}",
+            {"Origin": "https://bot.example", "Access-Control-Request-Method": "POST"},
+            b"",
+            204,
+        ),
+        ("POST", f"/api/v1/licence/{LICENCE_KEY}", {}, b"x" * (1024 * 1024 + 1), 413),
+    ],
+)
+async def test_a_licence_key_is_hidden_on_every_method_and_status(
+    client: httpx.AsyncClient,
+    caplog: pytest.LogCaptureFixture,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes,
+    status: int,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    response = await client.request(method, path, headers=headers, content=body)
+    assert response.status_code == status
+    records = [record for record in caplog.records if not record.name.startswith(("httpx", "httpcore"))]
+    written = "\n".join(json.dumps(line) for line in json_lines(records))
+    written += "\n".join(record.getMessage() for record in records)
+    assert LICENCE_KEY not in written
+    [line] = access_lines(caplog)
+    assert str(line["path"]).lower().endswith("/licence/[hidden]")
+    assert LICENCE_KEY not in (await client.get("/metrics")).text
+
+
 @sqlite_only
 async def test_logged_paths_are_capped_and_cannot_forge_lines(
     client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture

@@ -6,7 +6,8 @@
 | enable | `enabled` true | unknown code; already enabled |
 | disable | `enabled` false | unknown code; already disabled |
 
-A code is found as the API finds it (`GET /gift/{code}`): without regard to case. A code restricted
+A code is found as the API finds it (`GET /gift/{code}`): by its key, without regard to case or
+Unicode normalisation (`catalogue.gifts.gift_code_key`); so codes are unique by that key. A code restricted
 to a resource belongs to that resource's author unless a seller is named.
 """
 
@@ -15,15 +16,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from marketplace.backoffice.actions import Change, Refused, timestamp, write_as_read
 from marketplace.backoffice.resources import locked_resource
 from marketplace.backoffice.values import MAX_WHOLE_NUMBER, parse_id, parse_time, whole_number
-from marketplace.catalogue.gifts import CODE_LENGTH
-from marketplace.catalogue.members import storable
+from marketplace.catalogue.gifts import CODE_LENGTH, code_key_of, gift_code_key
 from marketplace.models import Gift, User
 
 # The API trims what it receives and reads the code from one path segment: a code with spaces at
@@ -76,12 +76,8 @@ async def create_gift(session: AsyncSession, new: NewGift) -> Change:
                 f"resource {resource.id} belongs to user {resource.user_id}, not to seller {seller_id}"
             )
         resource_id, seller_id = resource.id, resource.user_id
-    # Both foldings: the index's (the database's lower) and the API lookup's (the code lowered first).
-    clash = await session.scalar(
-        select(Gift.code)
-        .where(or_(func.lower(Gift.code) == func.lower(code), func.lower(Gift.code) == code.lower()))
-        .limit(1)
-    )
+    code_key = gift_code_key(code)
+    clash = await session.scalar(select(Gift.code).where(Gift.code_key == code_key).limit(1))
     if clash is not None:
         raise Refused(f"gift code {code!r} is taken: {clash} exists already (codes ignore case)")
     fields = {
@@ -94,7 +90,7 @@ async def create_gift(session: AsyncSession, new: NewGift) -> Change:
         "seller_id": seller_id,
         "resource_id": resource_id,
     }
-    gift = Gift(uses=0, **fields)
+    gift = Gift(uses=0, code_key=code_key, **fields)
     session.add(gift)
     try:
         await session.flush()
@@ -113,11 +109,12 @@ async def create_gift(session: AsyncSession, new: NewGift) -> Change:
 
 
 async def set_enabled(session: AsyncSession, code: str, enabled: bool) -> Change:
-    """Enable or disable the gift code (looked up as the API does, without regard to case)."""
+    """Enable or disable the gift code (looked up as the API does, by its key)."""
     gift = None
-    if storable(code, CODE_LENGTH):
+    code_key = code_key_of(code)
+    if code_key is not None:
         gift = await session.scalar(
-            select(Gift).where(func.lower(Gift.code) == code.lower()).with_for_update(key_share=True)
+            select(Gift).where(Gift.code_key == code_key).with_for_update(key_share=True)
         )
     if gift is None:
         raise Refused(f"no gift code {code!r}")

@@ -7,6 +7,10 @@ With a list of trusted proxies, the header is read only when the socket peer is 
 the entries are walked from the right past trusted hops, and the first address that is not
 trusted is the client. An entry that is not an address ends the walk: nothing to its left can be
 believed, so the nearest trusted hop is the client. When every entry is trusted, the left-most is.
+
+What a client is counted as (`client_network`): an IPv4 address on its own, an IPv6 address by its
+network (a /64 by default), since one subscriber holds a whole IPv6 prefix and could otherwise draw
+a new budget with every address of it. An IPv4-mapped IPv6 address counts as its IPv4 address.
 """
 
 from __future__ import annotations
@@ -68,6 +72,27 @@ def client_ip(scope: Scope, trusted: TrustedProxies = EVERY_PROXY) -> str:
     if trusted.everyone:
         return _rightmost_client(entries, peer) or peer
     return _first_untrusted(entries, peer, trusted)
+
+
+# The first 12 bytes of an IPv4-mapped IPv6 address (::ffff:a.b.c.d).
+_IPV4_MAPPED = bytes(10) + b"\xff\xff"
+
+
+def client_network(address: str, ipv6_prefix: int) -> str:
+    """The key a client is counted by: an IPv4 address itself, an IPv6 address's network of
+    `ipv6_prefix` bits (`2001:db8:1:2::/64`); text that is no address is returned as it is.
+    Parsed by the C library, as `_normalised` does, several times faster than `ipaddress`."""
+    if ":" not in address:
+        return address  # IPv4 (nearly every client): already canonical, nothing to compute
+    try:
+        packed = socket.inet_pton(socket.AF_INET6, address)
+    except OSError:
+        return address
+    if packed[:12] == _IPV4_MAPPED:
+        return socket.inet_ntop(socket.AF_INET, packed[12:])
+    host_bits = 128 - ipv6_prefix
+    network = int.from_bytes(packed, "big") >> host_bits << host_bits
+    return f"{socket.inet_ntop(socket.AF_INET6, network.to_bytes(16, 'big'))}/{ipv6_prefix}"
 
 
 def _address(text: str) -> IPAddress | None:

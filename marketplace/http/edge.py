@@ -36,6 +36,7 @@ from marketplace.http.envelope import (
 from marketplace.http.observation import (
     REQUEST_ID_HEADER,
     RequestRecorder,
+    loggable_path,
     request_id,
     request_state,
     set_route_name,
@@ -130,7 +131,7 @@ class HttpEdge:
             try:
                 await self.app(scope, receive, edge_send)
             except Exception:
-                logger.exception("unhandled error on %s %s", scope["method"], path)
+                logger.exception("unhandled error on %s %s", scope["method"][:16], loggable_path(path))
                 if status is not None:
                     raise
                 await answer_server_error(edge_send, api)

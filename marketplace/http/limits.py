@@ -40,7 +40,8 @@ class CountedLimit:
     remaining: int
 
 
-# Builds a route's limits from the client address and the raw path parameters.
+# Builds a route's limits from the client's key (its address, or its IPv6 network: see
+# `client_ip.client_network`) and the raw path parameters.
 LimitRule = Callable[[str, Mapping[str, str]], Sequence[Limit]]
 
 

@@ -6,6 +6,11 @@ else a fresh one) that is sent back as `X-Request-Id` and stamped on every log l
 meanwhile; when the answer is complete, the recorder writes one access-log line and counts the
 request and its duration per route name and status. What it logs of the request is bounded and free of secrets: the path with secret path
 parameters hidden, the query string with secret fields' values hidden, never a body or a header.
+
+A licence key is hidden from every logged path whatever became of the request: a path holding a
+`/licence/` segment is logged up to it, then `[hidden]`, on every method and status (a key sent
+with the wrong method is a 405; one holding `%2F` matches no route; a preflight or an oversized body
+is answered before routing). Metrics are labelled by route name, never by path.
 """
 
 from __future__ import annotations
@@ -54,6 +59,16 @@ def set_route_name(scope: Scope, name: str, logged_path: str | None = None) -> N
     state["route"] = name
     if logged_path is not None:
         state["logged_path"] = logged_path
+
+
+# Everything after a `/licence/` segment, in any case, across decoded line breaks too.
+_LICENCE_KEY = re.compile(r"(/licence/).*", re.IGNORECASE | re.DOTALL)
+
+
+def loggable_path(path: str) -> str:
+    """The path as logs may show it: a licence key hidden, capped in length, control characters
+    escaped."""
+    return _printable(_LICENCE_KEY.sub(rf"\g<1>{HIDDEN}", path[: MAX_LOGGED_CHARS * 4])[:MAX_LOGGED_CHARS])
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -108,7 +123,7 @@ class RequestRecorder:
         children[1].observe(seconds)
         if not self.access_log or not access_logger.isEnabledFor(logging.INFO):
             return
-        path = _printable(str(state.get("logged_path") or scope["path"])[:MAX_LOGGED_CHARS])
+        path = loggable_path(str(state.get("logged_path") or scope["path"]))
         query = loggable_query(scope.get("query_string", b""))
         duration_ms = round(seconds * 1000, 2)
         method_text = _printable(scope["method"][:16])

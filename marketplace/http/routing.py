@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from marketplace.freshness import Stamp, answer_ended, answer_started
+from marketplace.http.client_ip import client_network
 from marketplace.http.errors import SERVER_ERROR_MESSAGE, ApiError
 from marketplace.http.input import RequestInput, read_input, read_query
 from marketplace.http.json import JsonAnswer, error_body
@@ -176,7 +177,9 @@ class ApiRouter:
         self, scope: Scope, receive: Receive, send: Send, route: ApiRoute, params: dict[str, str]
     ) -> None:
         ip = request_client_ip(scope)
-        limits = [limit for rule in (*self.group_limits, *route.limits) for limit in rule(ip, params)]
+        # Limiters count a client by its network (an IPv6 client's /64), not by its one address.
+        counted_as = client_network(ip, self.services.settings.ipv6_limit_prefix)
+        limits = [limit for rule in (*self.group_limits, *route.limits) for limit in rule(counted_as, params)]
         try:
             counted = await enforce(self.services.store, limits)
         except TooManyRequests as refused:

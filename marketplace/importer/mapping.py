@@ -16,6 +16,8 @@ from typing import Any
 
 from ulid import ULID
 
+from marketplace.catalogue.gifts import gift_code_key
+
 FALLBACK_TIMESTAMP = datetime(1970, 1, 1)
 
 EARLIER_PAYMENT_STATUS = {
@@ -292,7 +294,8 @@ def map_gift(
 ) -> dict[str, Any]:
     gift_id = _id(raw)
     code = _required_text(raw, "code", 32)
-    if code.lower() in seen_codes:
+    code_key = gift_code_key(code)
+    if code_key in seen_codes:
         raise Skip("duplicate code")
     percentage = as_int(raw.get("promotion"))
     if percentage is None or not 1 <= percentage <= 100:
@@ -304,11 +307,12 @@ def map_gift(
         raise Skip("dangling plugin_id")
     max_uses = as_int(raw.get("max_use"))
     uses = as_int(raw.get("used"))
-    seen_codes.add(code.lower())
+    seen_codes.add(code_key)
     created, updated = _timestamps(raw)
     return {
         "id": gift_id,
         "code": code,
+        "code_key": code_key,
         "percentage": percentage,
         "enabled": as_flag(raw.get("active")),
         "starts_at": None,

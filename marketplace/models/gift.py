@@ -13,7 +13,6 @@ from sqlalchemy import (
     Integer,
     SmallInteger,
     String,
-    func,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -25,6 +24,9 @@ class Gift(Timestamped, Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     code: Mapped[str] = mapped_column(String(32), nullable=False)
+    # What codes are compared by: `catalogue.gifts.gift_code_key(code)`, written with the code;
+    # case folding may write up to three characters for one.
+    code_key: Mapped[str] = mapped_column(String(96), nullable=False)
     percentage: Mapped[int] = mapped_column(SmallInteger, nullable=False)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, nullable=False)
     starts_at: Mapped[datetime | None] = mapped_column(DateTime())
@@ -39,6 +41,6 @@ class Gift(Timestamped, Base):
 
     __table_args__ = (
         CheckConstraint("percentage BETWEEN 1 AND 100", name="percentage"),
-        # Codes are looked up without regard to case, so they are unique without regard to case.
-        Index("uq_gifts_lower_code", func.lower(code), unique=True),
+        # Codes are looked up by their key, so they are unique by it.
+        Index("uq_gifts_code_key", code_key, unique=True),
     )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import httpx
 import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from marketplace.fixtures.loader import FixtureError
 from marketplace.models import Gift
 from tests.conftest import Loader
 from tests.profiles import sqlite_only
@@ -133,3 +136,41 @@ async def test_checking_a_code_neither_reserves_nor_consumes_it(
         uses = {code: count for code, count in await connection.execute(select(Gift.code, Gift.uses))}
     assert uses["WELCOME10"] == 0
     assert uses["USEDUP"] == 3
+
+
+# Codes are compared by one key computed in Python (NFC, case folded), the same on every database.
+CAFE_NFC = unicodedata.normalize("NFC", "Café")
+CAFE_NFD = unicodedata.normalize("NFD", "Café")
+
+
+async def test_a_code_with_a_final_sigma_is_found_in_every_case(
+    client: httpx.AsyncClient, load: Loader
+) -> None:
+    await load({"gifts": [{"id": 10, "code": "ΟΔΟΣ", "percentage": 15}]})
+    # The medial and the final small sigma both fold to the capital's key.
+    for segment in ("ΟΔΟΣ", "οδος", "οδοσ", "Οδος"):
+        response = await client.get(f"/api/v1/gift/{segment}")
+        assert (response.status_code, response.content) == (
+            200,
+            b'{"code":"\\u039f\\u0394\\u039f\\u03a3","percentage":15,"active":true}',
+        ), segment
+
+
+async def test_composed_and_decomposed_spellings_are_one_code(
+    client: httpx.AsyncClient, load: Loader
+) -> None:
+    await load({"gifts": [{"id": 10, "code": CAFE_NFD, "percentage": 5}]})
+    for segment in (CAFE_NFC, CAFE_NFD, CAFE_NFC.upper(), CAFE_NFD.lower()):
+        response = await client.get(f"/api/v1/gift/{segment}")
+        assert response.status_code == 200, ascii(segment)
+        # The code answers as it was issued (here decomposed: an `e` and a combining accent).
+        assert response.content == b'{"code":"Cafe\\u0301","percentage":5,"active":true}'
+    with pytest.raises(FixtureError, match=r"gifts\[1\]\.code: duplicates gifts\[0\]"):
+        await load(
+            {
+                "gifts": [
+                    {"id": 11, "code": CAFE_NFC, "percentage": 5},
+                    {"id": 12, "code": CAFE_NFD.upper(), "percentage": 5},
+                ]
+            }
+        )

@@ -207,3 +207,58 @@ async def test_wrong_grant_secrets_are_limited_like_every_other_call(settings: S
             headers={"X-Forwarded-For": "198.51.100.250"},
         )
         assert_refused_by(refused, 120)
+
+
+# IPv6 clients are counted by their /64 (MARKETPLACE_IPV6_LIMIT_PREFIX), IPv4 clients by address.
+
+
+async def test_two_addresses_of_one_ipv6_64_share_a_budget_and_other_64s_keep_their_own(
+    client: httpx.AsyncClient,
+) -> None:
+    await spend(client, 120, **{"X-Forwarded-For": "2001:db8:1:2::1"})
+    same_64 = await client.get(CHEAP, headers={"X-Forwarded-For": "2001:db8:1:2:ffff:ffff:ffff:fffe"})
+    assert (same_64.status_code, same_64.content) == (429, TOO_MANY)
+    other_64 = await client.get(CHEAP, headers={"X-Forwarded-For": "2001:db8:1:3::1"})
+    assert other_64.status_code == 302
+    assert remaining(other_64) == ("120", "119")
+
+
+async def test_an_ipv4_mapped_ipv6_address_counts_as_its_ipv4_address(client: httpx.AsyncClient) -> None:
+    await spend(client, 120, **{"X-Forwarded-For": "::ffff:203.0.113.1"})
+    refused = await client.get(CHEAP, headers={"X-Forwarded-For": "203.0.113.1"})
+    assert (refused.status_code, refused.content) == (429, TOO_MANY)
+    neighbour = await client.get(CHEAP, headers={"X-Forwarded-For": "203.0.113.2"})
+    assert remaining(neighbour) == ("120", "119")
+
+
+async def test_the_ipv6_limit_prefix_sets_the_network_a_budget_is_shared_by(settings: Settings) -> None:
+    async with catalogue_client(settings, ipv6_limit_prefix=56) as per_56:
+        await spend(per_56, 120, **{"X-Forwarded-For": "2001:db8:1:200::1"})
+        same_56 = await per_56.get(CHEAP, headers={"X-Forwarded-For": "2001:db8:1:2ff::1"})
+        assert (same_56.status_code, same_56.content) == (429, TOO_MANY)
+    async with catalogue_client(settings, ipv6_limit_prefix=128) as per_address:
+        await spend(per_address, 120, **{"X-Forwarded-For": "2001:db8:1:2::1"})
+        assert (
+            await per_address.get(CHEAP, headers={"X-Forwarded-For": "2001:db8:1:2::1"})
+        ).status_code == 429
+        assert (
+            await per_address.get(CHEAP, headers={"X-Forwarded-For": "2001:db8:1:2::2"})
+        ).status_code == 302
+
+
+async def test_wrong_grant_secrets_from_every_address_of_one_ipv6_64_share_a_budget(
+    client: httpx.AsyncClient,
+) -> None:
+    for attempt in range(120):
+        guess = await client.post(
+            f"/api/v1/chat/{MEMBER_CHAT_ID}/apply/1",
+            data={"custom_password": f"guess-{attempt}"},
+            headers={"X-Forwarded-For": f"2001:db8:77:1::{attempt + 1:x}"},
+        )
+        assert guess.status_code == 403
+    refused = await client.post(
+        f"/api/v1/chat/{MEMBER_CHAT_ID}/apply/1",
+        data={"custom_password": GRANT_SECRET},
+        headers={"X-Forwarded-For": "2001:db8:77:1:abcd::1"},
+    )
+    assert_refused_by(refused, 120)

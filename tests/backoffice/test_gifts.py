@@ -6,6 +6,7 @@ resource 7 belongs to user 2.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 import httpx
@@ -236,3 +237,23 @@ async def test_enable_and_disable_refuse_an_unknown_code_and_a_no_op(
         "marketplace: gift WELCOME10 is already enabled"
     )
     assert await back_office.refused("gifts", "disable", "OFF") == "marketplace: gift OFF is already disabled"
+
+
+# --- codes compared by their key (NFC, case folded) -------------------------------------------
+
+
+async def test_a_code_is_found_and_taken_without_regard_to_final_sigma_or_normalisation(
+    back_office: BackOffice, api: httpx.AsyncClient
+) -> None:
+    await back_office.ok("gifts", "create", "ΟΔΟΣ", "--percentage", "15")
+    assert await check(api, "οδος") == {"code": "ΟΔΟΣ", "percentage": 15, "active": True}
+    assert (await back_office.ok("gifts", "disable", "οδοσ")).lines[0].startswith("gift ΟΔΟΣ (id ")
+    assert (await check(api, "ΟΔΟΣ"))["active"] is False
+
+    composed, decomposed = unicodedata.normalize("NFC", "Café"), unicodedata.normalize("NFD", "CAFÉ")
+    await back_office.ok("gifts", "create", composed, "--percentage", "5")
+    refused = await back_office.refused("gifts", "create", decomposed, "--percentage", "5")
+    assert refused == (
+        f"marketplace: gift code {decomposed!r} is taken: {composed} exists already (codes ignore case)"
+    )
+    assert await check(api, decomposed) == {"code": composed, "percentage": 5, "active": True}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 from starlette.types import Scope
 
-from marketplace.http.client_ip import TrustedProxies, client_ip
+from marketplace.config import Settings
+from marketplace.http.client_ip import TrustedProxies, client_ip, client_network
 
 
 def scope(peer: str, *forwarded: str) -> Scope:
@@ -114,3 +116,26 @@ def test_an_empty_list_trusts_nobody() -> None:
 def test_a_setting_that_is_no_address_or_cidr_is_refused(setting: str) -> None:
     with pytest.raises(ValueError, match="not an address or CIDR"):
         TrustedProxies.parse(setting)
+
+
+@pytest.mark.parametrize(
+    ("address", "prefix", "counted_as"),
+    [
+        ("203.0.113.7", 64, "203.0.113.7"),
+        ("2001:db8:1:2:3:4:5:6", 64, "2001:db8:1:2::/64"),
+        ("2001:db8:1:2::1", 48, "2001:db8:1::/48"),
+        ("2001:db8:1:2::1", 128, "2001:db8:1:2::1/128"),
+        ("::ffff:203.0.113.7", 64, "203.0.113.7"),
+        ("not an address", 64, "not an address"),
+    ],
+)
+def test_a_client_is_counted_by_its_ipv4_address_or_its_ipv6_network(
+    address: str, prefix: int, counted_as: str
+) -> None:
+    assert client_network(address, prefix) == counted_as
+
+
+@pytest.mark.parametrize("prefix", [0, 129])
+def test_the_ipv6_limit_prefix_is_1_to_128_bits(prefix: int) -> None:
+    with pytest.raises(ValidationError, match="ipv6_limit_prefix"):
+        Settings(_env_file=None, ipv6_limit_prefix=prefix)  # type: ignore[call-arg]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import unicodedata
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from marketplace.importer.mapping import Notes, Skip, map_gift
 from marketplace.importer.run import EarlierImport, ImportReport
 from marketplace.importer.source import EarlierDatabase, SourceError, parse_table_overrides
 from marketplace.models import Access, ChatAccount, Gift, Payment, Resource, User, Version
@@ -349,3 +351,17 @@ def test_command_line_import_refuses_a_bad_source_url_in_one_line(tmp_path: Path
         assert result.returncode != 0
         assert result.stderr.strip() and "\n" not in result.stderr.strip()
         assert "Traceback" not in result.stderr
+
+
+def test_gift_codes_that_differ_only_in_case_normalisation_or_final_sigma_are_one_code() -> None:
+    seen: set[str] = set()
+    first = map_gift(
+        {"id": 1, "code": unicodedata.normalize("NFC", "Café"), "promotion": 5}, Notes(), {}, seen
+    )
+    assert first["code"] == "Café" and first["code_key"] == "café"
+    for gift_id, code in ((2, unicodedata.normalize("NFD", "CAFÉ")), (3, "café")):
+        with pytest.raises(Skip, match="duplicate code"):
+            map_gift({"id": gift_id, "code": code, "promotion": 5}, Notes(), {}, seen)
+    assert map_gift({"id": 4, "code": "ΟΔΟΣ", "promotion": 5}, Notes(), {}, seen)["code_key"] == "οδοσ"
+    with pytest.raises(Skip, match="duplicate code"):
+        map_gift({"id": 5, "code": "οδος", "promotion": 5}, Notes(), {}, seen)
