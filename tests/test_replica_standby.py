@@ -237,5 +237,11 @@ async def test_reads_are_answered_by_the_standby_while_the_primary_is_down_and_e
         await rename_announced(worker, after)
         await worker.until_named(after)
         await worker.until_the_standby_serves()
-        assert (await worker.client.get("/up")).json()["checks"] == {"database": "ok", "replicas": "ok"}
+        # The change feed is proven again within seconds of the primary's return.
+        for _ in range(int(PATIENCE_SECONDS / 0.2)):
+            checks = (await worker.client.get("/up")).json()["checks"]
+            if checks.get("changes") == "ok":
+                break
+            await asyncio.sleep(0.2)
+        assert checks == {"database": "ok", "changes": "ok", "replicas": "ok"}
     assert "Can't reconnect until invalid transaction is rolled back" not in caplog.text

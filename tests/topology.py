@@ -60,6 +60,10 @@ class StandbyTopology:
     def start_node(self, node: str) -> None:
         subprocess.run([str(SCRIPT), "start-node", node], check=True, capture_output=True)
 
+    def restart_node(self, node: str) -> None:
+        """A fast shutdown and a start: every connection to the node is cut."""
+        subprocess.run([str(SCRIPT), "restart-node", node], check=True, capture_output=True)
+
     async def pause_replay(self) -> None:
         """The standby keeps receiving WAL but applies none of it: it falls behind for real."""
         await fetch_value(self.standby_url, "SELECT pg_wal_replay_pause()")
