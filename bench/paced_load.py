@@ -37,6 +37,8 @@ class Interval:
     statuses: dict[str, int] = field(default_factory=dict)
     # Connections refused, cut, or answers not complete within TIMEOUT_SECONDS.
     transport_errors: int = 0
+    # The same by kind: TimeoutError, ConnectionResetError, IncompleteReadError...
+    transport_kinds: dict[str, int] = field(default_factory=dict)
     p50_ms: float | None = None
     p99_ms: float | None = None
     max_ms: float | None = None
@@ -52,7 +54,7 @@ class Interval:
 
 def percentile(ordered: list[float], fraction: float) -> float:
     """The value below which `fraction` of the sorted values fall (nearest rank)."""
-    rank = max(0, min(len(ordered) - 1, int(round(fraction * len(ordered) + 0.5)) - 1))
+    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))
     return ordered[rank]
 
 
@@ -133,8 +135,13 @@ class PacedLoad:
 
     async def _connection(self) -> _Connection:
         while True:
-            if self.idle:
-                return self.idle.pop()
+            while self.idle:
+                connection = self.idle.pop()
+                if not connection.reader.at_eof():
+                    return connection
+                # Closed by the server while idle (its keep-alive timeout): not a failed request.
+                connection.close()
+                self.opened -= 1
             if self.opened < self.most:
                 self.opened += 1
                 try:
@@ -160,11 +167,29 @@ class PacedLoad:
         reuse = False
         try:
             async with asyncio.timeout(TIMEOUT_SECONDS - (time.perf_counter() - due)):
-                connection = await self._connection()
-                connection.writer.write(request)
-                status, reuse = await _answer(connection)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+                for attempt in range(2):
+                    connection = await self._connection()
+                    connection.writer.write(request)
+                    try:
+                        status, reuse = await _answer(connection)
+                        break
+                    except asyncio.IncompleteReadError as error:
+                        # A kept-alive connection the server closed as the request went out: sent
+                        # again on another, as HTTP clients do, once; anything else is a failure.
+                        if error.partial or attempt:
+                            raise
+                        self._release(connection, reuse=False)
+                        connection = None
+        except (
+            OSError,
+            TimeoutError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ValueError,
+        ) as error:
             status = None
+            kinds = self.current.transport_kinds
+            kinds[type(error).__name__] = kinds.get(type(error).__name__, 0) + 1
         if connection is not None:
             self._release(connection, reuse and status is not None)
         self._count(status, (time.perf_counter() - due) * 1000)
