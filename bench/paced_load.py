@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -54,7 +54,8 @@ class Interval:
 
 def percentile(ordered: list[float], fraction: float) -> float:
     """The value below which `fraction` of the sorted values fall (nearest rank)."""
-    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))
+    # ceil(fraction * n), the tolerance absorbing float error (0.99 * 100 is not exactly 99).
+    rank = max(0, min(len(ordered) - 1, math.ceil(fraction * len(ordered) - 1e-9) - 1))
     return ordered[rank]
 
 
@@ -312,4 +313,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -70,6 +70,7 @@ MIX = {
 WRITE_KINDS = ("grant", "confirm", "release")
 # Seconds after a restart ends during which failures still count as the restart's.
 GRACE_SECONDS = 10.0
+SETTLE_SECONDS = 5.0
 
 
 @dataclass
@@ -323,6 +324,8 @@ def _intervals(process: subprocess.Popen[str]) -> list[Interval]:
 
 
 def _probe(soak: Soak, rate: float, seconds: float, request_file: Path, kinds: list[str]) -> Probe:
+    # The service first finishes what an earlier probe left queued (answers nobody waits for).
+    time.sleep(SETTLE_SECONDS)
     load = soak.paced(rate, seconds, seconds / THIRDS, request_file)
     time.sleep(seconds / 2)
     soak.write(kinds[len(soak.writes) % len(kinds)])

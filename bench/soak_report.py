@@ -51,7 +51,7 @@ class Verdict:
 
 def _errors(interval: dict[str, Any]) -> int:
     failed = sum(count for status, count in interval["statuses"].items() if not status.startswith("2"))
-    return int(interval["transport_errors"]) + failed
+    return int(interval["transport_errors"]) + int(failed)
 
 
 def windows(data: dict[str, Any]) -> list[tuple[str, float, float]]:
