@@ -108,8 +108,12 @@ def create_engine(settings: Settings, *, statement_timeout: float | None = None)
             connect_args["command_timeout"] = statement_timeout + 1.0
         options.update(
             connect_args=connect_args,
-            pool_size=settings.db_pool_size,
-            max_overflow=settings.db_max_overflow,
+            # Every connection is kept once opened, none closed on its return: closing an asyncpg
+            # connection needs the event loop, which a reader giving one back outside SQLAlchemy's
+            # greenlet does not have, and a connection per burst would be churn. The public reads
+            # take at most `db_pool_size` of them (readers.py); writes may take the rest.
+            pool_size=settings.db_pool_size + settings.db_max_overflow,
+            max_overflow=0,
             pool_timeout=settings.db_pool_timeout_seconds,
             # No ping per checkout (a round trip per request): a connection found dead fails the
             # request in flight and invalidates the whole pool, so the next requests reconnect.

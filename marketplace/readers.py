@@ -178,18 +178,20 @@ class _Prepared:
 class PostgresReader:
     """Reads through the asyncpg connection of a pooled connection, which prepares each statement once."""
 
-    def __init__(self, engine: AsyncEngine, *, cancel_after: float | None = None) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, cancel_after: float | None = None, read_slots: int | None = None
+    ) -> None:
         self._engine = engine
         # Behind a transaction-mode pooler the server has no statement timeout for a read (db.py):
         # the driver cancels it on the server at this bound.
         self._cancel_after = cancel_after
         # asyncpg returns every column as the models' Python types already.
         self._prepared = _Prepared(engine, convert_columns=False)
-        # Reads hold at most the pool's steady connections at once: beyond them the pool opens
-        # overflow connections and closes each on its return, a new connection per read under
-        # load. Writes keep the overflow. Waiting for a slot is bounded like waiting for the pool.
+        # Reads hold at most `read_slots` of the pool's connections at once (by default all):
+        # the rest stay free for writes. Waiting for a slot is bounded like waiting for the pool.
         pool = engine.sync_engine.pool
-        self._slots = asyncio.Semaphore(pool.size()) if isinstance(pool, QueuePool) else None
+        slots = read_slots if read_slots is not None else pool.size() if isinstance(pool, QueuePool) else None
+        self._slots = asyncio.Semaphore(slots) if slots is not None else None
         self._slot_wait = pool.timeout() if isinstance(pool, QueuePool) else None
 
     async def point(self, read: Read, *values: Any) -> Sequence[Row]:
@@ -224,7 +226,8 @@ class PostgresReader:
             if connection.is_closed():
                 await greenlet_spawn(pooled.invalidate, error)
             else:
-                pooled.close()
+                # Its reset may need the server: given back where it may wait for it.
+                await greenlet_spawn(pooled.close)
             raise
         pooled.close()
         return rows
@@ -354,12 +357,20 @@ class EngineReader:
         return None
 
 
-def build_reader(engine: AsyncEngine, statement_timeout: float | None, *, pooled: bool = False) -> Reader:
+def build_reader(
+    engine: AsyncEngine,
+    statement_timeout: float | None,
+    *,
+    pooled: bool = False,
+    read_slots: int | None = None,
+) -> Reader:
     """The reader of `engine`'s database; `pooled`: PostgreSQL through a transaction-mode pooler."""
     url = engine.url
     reader: Reader
     if url.get_backend_name() == "postgresql":
-        reader = PostgresReader(engine, cancel_after=statement_timeout if pooled else None)
+        reader = PostgresReader(
+            engine, cancel_after=statement_timeout if pooled else None, read_slots=read_slots
+        )
     elif url.database in (None, "", ":memory:") or url.query.get("mode") == "memory":
         reader = EngineReader(engine)
     else:

@@ -378,7 +378,7 @@ async def _fetch_value(engine: AsyncEngine, statement: str) -> Any:
         if connection.is_closed():
             await greenlet_spawn(pooled.invalidate, error)
         else:
-            pooled.close()
+            await greenlet_spawn(pooled.close)
         raise
     pooled.close()
     return value

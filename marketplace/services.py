@@ -128,10 +128,16 @@ def build_services(settings: Settings) -> Services:
     )
     pooled = settings.database_pooler == "transaction"
     cancel_after = settings.db_statement_timeout_seconds if pooled else None
-    reader = build_reader(engine, settings.db_statement_timeout_seconds, pooled=pooled)
+    reader = build_reader(
+        engine, settings.db_statement_timeout_seconds, pooled=pooled, read_slots=settings.db_pool_size
+    )
     if replica_engines:
         replicas = [
-            Replica(masked_url(url), replica, PostgresReader(replica, cancel_after=cancel_after))
+            Replica(
+                masked_url(url),
+                replica,
+                PostgresReader(replica, cancel_after=cancel_after, read_slots=settings.db_pool_size),
+            )
             for url, replica in zip(settings.read_urls, replica_engines, strict=True)
         ]
         reader = ReplicaReader(
