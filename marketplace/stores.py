@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
+from marketplace.telemetry.logs import start_background
 from marketplace.telemetry.metrics import STORE_ERRORS
 
 if TYPE_CHECKING:
@@ -344,7 +345,8 @@ class _ScriptCalls:
         for call in batch:
             by_node.setdefault(call[0], []).append(call)
         for group in by_node.values():
-            sending = asyncio.ensure_future(self._send(group))
+            # A pipeline serves many requests: its log lines carry none's id.
+            sending = start_background(self._send(group))
             # Held until done, so that the task is not collected while callers wait for it.
             self._sending.add(sending)
             sending.add_done_callback(self._sending.discard)

@@ -80,8 +80,8 @@ UPSTREAM_DURATION = Histogram(
 )
 WORKER_CACHE_LOOKUPS = Counter(
     "marketplace_worker_cache_lookups_total",
-    "Lookups in the workers' caches of encoded catalogue answers, by outcome (hit, miss, off: "
-    "database changes not followed at that moment).",
+    "Lookups in the workers' caches of encoded catalogue answers, by outcome (hit, miss, expired: "
+    "kept past the maximum age, off: no cache at that moment).",
     ["outcome"],
 )
 WORKER_CACHE_BYTES = Gauge(
@@ -91,8 +91,8 @@ WORKER_CACHE_BYTES = Gauge(
 )
 CHANGE_FEED_UP = Gauge(
     "marketplace_change_feed_up",
-    "Workers following database changes on PostgreSQL (LISTEN); a worker without it serves "
-    "nothing from its cache.",
+    "Workers whose change feed on PostgreSQL is proven (their own probe notice came back); a "
+    "worker without it serves kept answers only within their maximum age.",
     multiprocess_mode="livesum",
 )
 DB_POOL_IN_USE = Gauge(
