@@ -208,6 +208,8 @@ class PostgresChangeFeed:
         # Between a failure and the next proof (its warning is written once).
         self._in_outage = False
         self._closing = False
+        # Set when the listening connection ends, or to end it at shutdown.
+        self._lost: asyncio.Event | None = None
 
     def generation(self) -> int:
         self._start()
@@ -237,7 +239,7 @@ class PostgresChangeFeed:
         self._generation += 1
 
     async def _follow(self) -> None:
-        while True:
+        while not self._closing:
             was_proven = self._proven
             try:
                 await self._listen_until_lost()
@@ -253,13 +255,13 @@ class PostgresChangeFeed:
     async def _listen_until_lost(self) -> None:
         import asyncpg  # type: ignore[import-untyped]  # the driver, loaded where PostgreSQL is used
 
-        lost = asyncio.Event()
+        lost = self._lost = asyncio.Event()
         connection = await asyncpg.connect(self._dsn, timeout=self._connect_timeout)
         try:
             connection.add_termination_listener(lambda _connection: lost.set())
             await connection.add_listener(CHANNEL, self._changed)
             await connection.add_listener(self._probe_channel, self._probe_arrived)
-            while not lost.is_set():
+            while not lost.is_set() and not self._closing:
                 failure = await self._probe()
                 if failure is not None:
                     # Listen afresh: a connection that missed its probe may miss notices too.
@@ -268,7 +270,8 @@ class PostgresChangeFeed:
                 self._proven_now()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(lost.wait(), HEARTBEAT_SECONDS)
-            self._not_proven("the listening connection was lost")
+            if not self._closing:
+                self._not_proven("the listening connection was lost")
         finally:
             connection.terminate()
 
@@ -321,10 +324,13 @@ class PostgresChangeFeed:
 
     async def close(self) -> None:
         self._closing = True
+        if self._lost is not None:
+            self._lost.set()
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # The loop also ends by itself at its next turn: a cancellation that a driver or a
+            # timeout racing it swallows must not hold the shutdown.
+            await asyncio.wait({self._task}, timeout=PROBE_TIMEOUT_SECONDS + HEARTBEAT_SECONDS)
             self._task = None
 
 
