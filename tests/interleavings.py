@@ -91,7 +91,8 @@ async def finished_or_waiting(task: asyncio.Task[Any], database_url: str) -> Non
     if not database_url.startswith("postgresql"):
         await asyncio.wait({task}, timeout=0.5)
         return
-    connection = await asyncpg.connect(database_url)
+    # No named statements: the URL may go through a transaction-mode pooler.
+    connection = await asyncpg.connect(database_url, statement_cache_size=0)
     try:
         for _ in range(int(WAIT_SECONDS / 0.02)):
             if task.done():

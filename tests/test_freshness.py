@@ -20,7 +20,7 @@ from marketplace.db import create_engine
 from marketplace.freshness import Stamp, answer_ended, answer_started, read_proven_as_of
 from marketplace.http.worker_cache import WorkerCache
 from marketplace.readers import GenerationCounts
-from marketplace.services import Services
+from marketplace.services import Services, listen_url
 from marketplace.telemetry.logs import REQUEST_ID
 from marketplace.telemetry.metrics import CHANGE_FEED_UP, WORKER_CACHE_LOOKUPS
 from tests.api.helpers import recorded_statements
@@ -188,7 +188,7 @@ async def test_a_feed_whose_probe_notices_do_not_come_back_counts_as_down(
 @postgresql_only
 async def test_a_feed_proven_by_its_probe_counts_as_up(settings: Settings) -> None:
     engine = create_engine(settings)
-    feed = PostgresChangeFeed(make_url(settings.database_url), engine, 5.0)
+    feed = PostgresChangeFeed(make_url(listen_url(settings)), engine, 5.0)
     try:
         feed.generation()
         async with asyncio.timeout(10):
