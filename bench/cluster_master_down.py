@@ -26,7 +26,7 @@ from redis.crc import key_slot
 from marketplace.api.v1 import api_limits
 from marketplace.app import build_app
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.engine import create_engine
 from marketplace.migrations.runner import upgrade_to_head
 from marketplace.services import build_services
 

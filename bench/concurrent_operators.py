@@ -192,7 +192,7 @@ async def race(settings: Settings, kinds: list[str], seed: int) -> list[Round]:
 
 
 async def migrated(settings: Settings) -> None:
-    from marketplace.db import create_engine
+    from marketplace.database.engine import create_engine
 
     engine = create_engine(settings)
     await upgrade_to_head(engine)

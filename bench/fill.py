@@ -94,7 +94,7 @@ def _sqlite_rows(rows: Iterator[Row]) -> Iterator[Row]:
 
 
 def _unicode_lower(value: Any) -> Any:
-    # The service's own lower() (marketplace/db.py): expression indexes on lower(name) must agree.
+    # The service's own lower() (marketplace/database/engine.py): expression indexes on lower(name) must agree.
     return value.lower() if isinstance(value, str) else value
 
 

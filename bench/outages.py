@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.engine import create_engine
 from marketplace.fixtures.loader import load_document
 from marketplace.migrations.runner import upgrade_to_head
 from marketplace.services import build_services

@@ -63,7 +63,7 @@ for back_office_command in BACK_OFFICE_COMMANDS:
 
 
 async def _migrate(settings: Settings) -> None:
-    from marketplace.db import engine_for
+    from marketplace.database.engine import engine_for
     from marketplace.migrations.runner import upgrade_to_head
 
     async with engine_for(settings) as engine:
@@ -78,7 +78,7 @@ def migrate() -> None:
 
 def _load(document: Any) -> dict[str, int]:
     async def action(settings: Settings) -> dict[str, int]:
-        from marketplace.db import engine_for
+        from marketplace.database.engine import engine_for
         from marketplace.fixtures.loader import load_document
 
         await require_schema(settings)
@@ -321,7 +321,7 @@ def import_earlier(source: str, tables: tuple[str, ...], dry_run: bool) -> None:
             click.echo(line, err=True)
 
     async def action(settings: Settings) -> list[str]:
-        from marketplace.db import engine_for
+        from marketplace.database.engine import engine_for
 
         await require_schema(settings)
         try:

@@ -23,14 +23,14 @@ class Settings(BaseSettings):
         env_prefix="MARKETPLACE_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
     )
 
-    database_url: str = "sqlite:///./marketplace.db"
+    database_url: str = "sqlite:///./marketplace.database.engine"
     # PostgreSQL read replicas of `database_url`, comma-separated: the public reads go to them in
     # turn once they have replayed the changes a worker has seen (replicas.py).
     database_read_urls: str = ""
     # A replica serves a read only while it is proven at most this far behind the primary (replicas.py).
     read_replica_max_lag_seconds: float = Field(default=1.0, gt=0)
     # `transaction`: `database_url` goes through a transaction-mode pooler (PgBouncer), so every
-    # connection keeps no state between transactions (db.py).
+    # connection keeps no state between transactions (database/engine.py).
     database_pooler: Literal["none", "transaction"] = "none"
     # A direct (unpooled) PostgreSQL URL for the change feed's LISTEN; unset, `database_url`.
     database_listen_url: str | None = None

@@ -65,7 +65,7 @@ def load_settings() -> Settings:
 
 def run_command(action: Callable[[Settings], Coroutine[Any, Any, T]]) -> T:
     """Run one async action with the configured settings; any failure is a one-line error and exit 1."""
-    from marketplace.db import DatabaseUrlError, masked_url
+    from marketplace.database.engine import DatabaseUrlError, masked_url
     from marketplace.fixtures.loader import FixtureError
 
     settings = load_settings()
@@ -81,7 +81,7 @@ def run_command(action: Callable[[Settings], Coroutine[Any, Any, T]]) -> T:
 
 
 async def require_schema(settings: Settings) -> None:
-    from marketplace.db import engine_for
+    from marketplace.database.engine import engine_for
     from marketplace.migrations.runner import current_revision, head_revision
 
     async with engine_for(settings) as engine:

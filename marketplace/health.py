@@ -27,8 +27,8 @@ from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from marketplace.database.replicas import ReplicaReader
 from marketplace.http.json import JsonAnswer
-from marketplace.replicas import ReplicaReader
 from marketplace.services import Services
 
 logger = logging.getLogger("marketplace.health")

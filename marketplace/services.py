@@ -13,13 +13,13 @@ import httpx
 from sqlalchemy import QueuePool, event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from marketplace.changes import change_feed_for, follow_own_commits
 from marketplace.config import Settings
-from marketplace.db import async_url, create_engine, masked_url, session_factory
+from marketplace.database.changes import change_feed_for, follow_own_commits
+from marketplace.database.engine import async_url, create_engine, masked_url, session_factory
+from marketplace.database.readers import GenerationCounts, PostgresReader, Reads, build_reader
+from marketplace.database.replicas import Replica, ReplicaReader
 from marketplace.http.cache import AnswerCache
 from marketplace.http.worker_cache import WorkerCache
-from marketplace.readers import GenerationCounts, PostgresReader, Reads, build_reader
-from marketplace.replicas import Replica, ReplicaReader
 from marketplace.stores import MemoryStore, RedisStore, Store
 from marketplace.telemetry.metrics import DB_POOL_CAPACITY, DB_POOL_IN_USE
 

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.app import build_app
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.engine import create_engine
 from marketplace.fixtures.loader import load_document
 from marketplace.migrations.runner import upgrade_to_head
 from marketplace.platform_names import PlatformNames
@@ -87,7 +87,7 @@ def profile(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def database_url(request: pytest.FixtureRequest, profile: str, tmp_path: Path) -> Iterator[str]:
     if profile == "sqlite":
-        target = tmp_path / "marketplace.db"
+        target = tmp_path / "marketplace.database.engine"
         shutil.copyfile(request.getfixturevalue("migrated_template"), target)
         yield f"sqlite:///{target}"
         return

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.engine import create_engine
 from marketplace.fixtures.loader import load_document
 from tests.catalogue import catalogue
 
@@ -63,9 +63,9 @@ def standalone_settings(root: Path, migrated_template: Path, **changes: Any) -> 
     from tests.conftest import GRANT_SECRET
     from tests.upstream import closed_port_url
 
-    shutil.copyfile(migrated_template, root / "marketplace.db")
+    shutil.copyfile(migrated_template, root / "marketplace.database.engine")
     values: dict[str, Any] = {
-        "database_url": f"sqlite:///{root / 'marketplace.db'}",
+        "database_url": f"sqlite:///{root / 'marketplace.database.engine'}",
         "storage_dir": str(root / "storage"),
         "chat_api_url": closed_port_url(),
         "stats_api_url": closed_port_url(),

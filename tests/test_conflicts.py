@@ -1,4 +1,4 @@
-"""Write conflicts (marketplace/conflicts.py): a transaction the database refuses for a concurrent
+"""Write conflicts (marketplace/database/conflicts.py): a transaction the database refuses for a concurrent
 one is run again whole, a bounded number of times, and counted."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from sqlalchemy import select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from marketplace.conflicts import ATTEMPTS, WriteConflict, retrying
-from marketplace.db import session_factory
+from marketplace.database.conflicts import ATTEMPTS, WriteConflict, retrying
+from marketplace.database.engine import session_factory
 from marketplace.models import User
 from tests.catalogue import catalogue
 from tests.conftest import Loader

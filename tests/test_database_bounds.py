@@ -13,9 +13,9 @@ from sqlalchemy import literal_column, select, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.engine import create_engine
+from marketplace.database.readers import Read
 from marketplace.fixtures.loader import load_document
-from marketplace.readers import Read
 from marketplace.services import build_services
 from marketplace.telemetry.metrics import DB_POOL_TIMEOUTS
 from tests.catalogue import MEMBER_CHAT_ID, catalogue

@@ -14,12 +14,12 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from marketplace.changes import PostgresChangeFeed
 from marketplace.config import Settings
-from marketplace.db import create_engine
-from marketplace.freshness import Stamp, answer_ended, answer_started, read_proven_as_of
+from marketplace.database.changes import PostgresChangeFeed
+from marketplace.database.engine import create_engine
+from marketplace.database.freshness import Stamp, answer_ended, answer_started, read_proven_as_of
+from marketplace.database.readers import GenerationCounts
 from marketplace.http.worker_cache import WorkerCache
-from marketplace.readers import GenerationCounts
 from marketplace.services import Services, listen_url
 from marketplace.telemetry.logs import REQUEST_ID
 from marketplace.telemetry.metrics import CHANGE_FEED_UP, WORKER_CACHE_LOOKUPS
@@ -162,7 +162,7 @@ async def test_a_feed_whose_probe_notices_do_not_come_back_counts_as_down(
     engine = create_engine(settings)
     feed = PostgresChangeFeed(make_url(settings.database_url).set(database=elsewhere), engine, 5.0)
     try:
-        with caplog.at_level(logging.WARNING, logger="marketplace.changes"):
+        with caplog.at_level(logging.WARNING, logger="marketplace.database.changes"):
             request_id = REQUEST_ID.set("a-request-that-started-the-feed")
             try:
                 generation = feed.generation()
@@ -171,7 +171,7 @@ async def test_a_feed_whose_probe_notices_do_not_come_back_counts_as_down(
             async with asyncio.timeout(10):
                 assert await feed.proven() is False
         assert CHANGE_FEED_UP._value.get() == 0
-        warnings = [record for record in caplog.records if record.name == "marketplace.changes"]
+        warnings = [record for record in caplog.records if record.name == "marketplace.database.changes"]
         assert len(warnings) == 1
         assert "probe notice did not come back" in warnings[0].getMessage()
         # Background work logs outside any request.

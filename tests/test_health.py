@@ -8,8 +8,8 @@ import asyncpg
 import httpx
 from sqlalchemy.engine import make_url
 
-from marketplace.changes import PostgresChangeFeed
 from marketplace.config import Settings
+from marketplace.database.changes import PostgresChangeFeed
 from marketplace.health import changes_degraded
 from marketplace.services import Services
 from tests.profiles import postgresql_only, unique_name

@@ -15,11 +15,11 @@ from sqlalchemy import literal_column, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from marketplace.changes import CHANNEL
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.changes import CHANNEL
+from marketplace.database.engine import create_engine
+from marketplace.database.readers import Read
 from marketplace.fixtures.loader import load_document
-from marketplace.readers import Read
 from marketplace.services import Services, build_services
 from tests.backoffice.conftest import BackOffice
 from tests.catalogue import MEMBER_CHAT_ID, catalogue

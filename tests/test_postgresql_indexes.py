@@ -65,7 +65,7 @@ async def test_user_name_prefix_lookup_uses_an_index(services: Services) -> None
 @postgresql_only
 async def test_the_user_name_lookup_reads_only_the_prefix_range_in_a_generic_plan(services: Services) -> None:
     from marketplace.catalogue.members import NAMES_STARTING_WITH, _name_range
-    from marketplace.readers import PreparedRead
+    from marketplace.database.readers import PreparedRead
 
     await _large_catalogue(services.engine)
     prepared = PreparedRead.compile(NAMES_STARTING_WITH, services.engine.dialect, convert_columns=False)

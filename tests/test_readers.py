@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import event, text
 
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.engine import create_engine
+from marketplace.database.freshness import Stamp
+from marketplace.database.readers import GenerationCounts, SqliteReader
 from marketplace.fixtures.loader import load_document
-from marketplace.freshness import Stamp
 from marketplace.models import Base
-from marketplace.readers import GenerationCounts, SqliteReader
 from marketplace.services import Services, build_services
 from marketplace.telemetry.metrics import DB_POOL_IN_USE
 from tests.api.helpers import recorded_statements

@@ -17,11 +17,11 @@ import asyncpg
 import httpx
 import pytest
 
-from marketplace.changes import NoChangeFeed
 from marketplace.config import Settings
+from marketplace.database.changes import NoChangeFeed
+from marketplace.database.readers import observed_reads
+from marketplace.database.replicas import ReplicaReader
 from marketplace.health import PRIMARY_DEGRADED
-from marketplace.readers import observed_reads
-from marketplace.replicas import ReplicaReader
 from marketplace.services import Services, build_services
 from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
 from tests.catalogue import OWNER_CHAT_ID

@@ -18,10 +18,10 @@ from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.engine import create_engine
+from marketplace.database.readers import PostgresReader
+from marketplace.database.replicas import Replica, ReplicaReader
 from marketplace.fixtures.loader import load_document
-from marketplace.readers import PostgresReader
-from marketplace.replicas import Replica, ReplicaReader
 from marketplace.services import Services, build_services
 from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
 from tests.catalogue import catalogue

@@ -12,11 +12,11 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from starlette.responses import Response
 
-from marketplace.changes import CHANNEL, PostgresChangeFeed
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.changes import CHANNEL, PostgresChangeFeed
+from marketplace.database.engine import create_engine
+from marketplace.database.freshness import Stamp
 from marketplace.fixtures.loader import load_document
-from marketplace.freshness import Stamp
 from marketplace.http.worker_cache import MAX_KEY_BYTES, WorkerCache
 from marketplace.services import Services, build_services
 from marketplace.telemetry.metrics import WORKER_CACHE_LOOKUPS

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.engine import create_engine
 from marketplace.fixtures.loader import load_document
 from marketplace.migrations.runner import upgrade_to_head
 from tests.catalogue import catalogue

@@ -1,12 +1,12 @@
 """One back-office action: one transaction, an activity-log entry per change, or a refusal.
 
 An action reads what it changes with a row lock (PostgreSQL; SQLite serialises its writers), taken
-in the lock order of `marketplace/conflicts.py`, checks that the change is allowed, writes it and
+in the lock order of `marketplace/database/conflicts.py`, checks that the change is allowed, writes it and
 describes it as a `Change`: what it acted on, the row's fields before and after. `perform` logs each change under the operator's name in the same
 transaction and commits; a `Refused` action rolls back, so a refusal writes nothing.
 
 The service's workers see the commit at once: every transaction that writes announces itself
-(`marketplace/changes.py`), which drops their cached answers.
+(`marketplace/database/changes.py`), which drops their cached answers.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.sql import Executable
 
-from marketplace.conflicts import retrying
-from marketplace.db import session_factory
+from marketplace.database.conflicts import retrying
+from marketplace.database.engine import session_factory
 from marketplace.models import Activity, utcnow
 
 
@@ -73,7 +73,7 @@ Action = Callable[[AsyncSession], Awaitable[Sequence[Change]]]
 
 async def perform(engine: AsyncEngine, action: Action, *, by: str, via: str) -> list[Logged]:
     """Run `action` in one transaction and log each of its changes as done by `by` through `via`;
-    a transaction that meets a concurrent write is run again whole (`marketplace/conflicts.py`),
+    a transaction that meets a concurrent write is run again whole (`marketplace/database/conflicts.py`),
     and `WriteConflict` after the last attempt."""
     return await retrying(lambda: _perform_once(engine, action, by=by, via=via))
 

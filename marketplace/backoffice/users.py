@@ -25,7 +25,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 from marketplace.backoffice.actions import Change, Refused, write_as_read
 from marketplace.backoffice.values import locked_by_id
 from marketplace.catalogue.members import CHAT_ID_LENGTH
-from marketplace.db import dialect_insert
+from marketplace.database.engine import dialect_insert
 from marketplace.models import ChatAccount, User, utcnow
 
 # The fixture loader's rule for a chat account: the chat platform's snowflake, ASCII digits.

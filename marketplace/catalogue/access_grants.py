@@ -5,7 +5,7 @@ row, or reactivates a revoked one; an active one is left as it is. The grant wri
 reads anything (an insert that yields on conflict, then a conditional update), so concurrent
 grants of the same pair serialise on the row and exactly one of them reports a change. Before it
 writes, it locks the member's and the resource's rows `FOR KEY SHARE`, in the lock order of
-`marketplace/conflicts.py`, so that it takes no lock on them after the access's.
+`marketplace/database/conflicts.py`, so that it takes no lock on them after the access's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import enum
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from marketplace.db import dialect_insert
+from marketplace.database.engine import dialect_insert
 from marketplace.models import Access, AccessSource, Activity, Resource, User, utcnow
 
 GRANTED_EVENT = "access.granted"

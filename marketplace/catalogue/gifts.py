@@ -17,8 +17,8 @@ from typing import NamedTuple
 from sqlalchemy import String, bindparam, select
 
 from marketplace.catalogue.members import storable
+from marketplace.database.readers import Read, Reader
 from marketplace.models import Gift
-from marketplace.readers import Read, Reader
 
 # Longest gift code stored.
 CODE_LENGTH = 32

@@ -8,8 +8,8 @@ from typing import NamedTuple
 from sqlalchemy import Integer, Select, String, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from marketplace.database.readers import Read, Reader
 from marketplace.models import Access, ChatAccount, User
-from marketplace.readers import Read, Reader
 
 NAME_LOOKUP_LIMIT = 10
 

@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 from sqlalchemy import String, bindparam, select
 
+from marketplace.database.readers import Read, Reader
 from marketplace.models import Payment
-from marketplace.readers import Read, Reader
 
 # 26 Crockford base-32 characters, the first at most 7 (a ULID's 128-bit bound).
 _ULID = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$", re.IGNORECASE)

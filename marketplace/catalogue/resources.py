@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from marketplace.catalogue.members import storable
+from marketplace.database.readers import AnySelect, Read, Reader, Reads, Row
 from marketplace.models import (
     PUBLIC_STATUSES,
     Access,
@@ -24,7 +25,6 @@ from marketplace.models import (
     Review,
     Version,
 )
-from marketplace.readers import AnySelect, Read, Reader, Reads, Row
 
 # Ids are 32-bit on every supported database; a larger number names no row.
 MAX_ID = 2**31 - 1

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from marketplace.freshness import Stamp, answer_ended, answer_started
+from marketplace.database.freshness import Stamp, answer_ended, answer_started
 from marketplace.http.client_ip import client_network
 from marketplace.http.errors import SERVER_ERROR_MESSAGE, ApiError
 from marketplace.http.input import RequestInput, read_input, read_query

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from starlette.responses import Response
 from starlette.types import Send
 
-from marketplace import freshness
-from marketplace.changes import ChangeFeed
-from marketplace.freshness import Stamp
+from marketplace.database import freshness
+from marketplace.database.changes import ChangeFeed
+from marketplace.database.freshness import Stamp
 from marketplace.telemetry.metrics import WORKER_CACHE_BYTES, WORKER_CACHE_LOOKUPS
 
 CacheKey = tuple[str, str, bytes]

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from marketplace.db import advance_id_sequences, dialect_insert
+from marketplace.database.engine import advance_id_sequences, dialect_insert
 from marketplace.importer.mapping import (
     Notes,
     ResourceContext,

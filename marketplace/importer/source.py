@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.engine import URL, make_url
 
-from marketplace.db import masked_url
+from marketplace.database.engine import masked_url
 
 # The earlier platform's tables, by default name.
 EARLIER_TABLES = (

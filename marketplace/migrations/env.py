@@ -31,7 +31,7 @@ def run_migrations_online() -> None:
     import asyncio
 
     from marketplace.config import Settings
-    from marketplace.db import create_engine
+    from marketplace.database.engine import create_engine
 
     async def run() -> None:
         engine = create_engine(Settings())

@@ -11,10 +11,10 @@ import httpx
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from marketplace.changes import PROBE_STATEMENT
 from marketplace.config import Settings
+from marketplace.database.changes import PROBE_STATEMENT
+from marketplace.database.readers import observed_reads
 from marketplace.fixtures.loader import load_document
-from marketplace.readers import observed_reads
 from marketplace.services import build_services
 from tests.catalogue import catalogue
 from tests.conftest import make_client

@@ -84,7 +84,7 @@ class BackOffice:
 
     async def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row of the tables the back office writes."""
-        from marketplace.db import create_engine
+        from marketplace.database.engine import create_engine
 
         engine = create_engine(self.settings)
         try:

@@ -1,7 +1,7 @@
 """Operators and the API never deadlock: each operator write that locks the rows the bot's grant
 writes, forced into the interleaving that deadlocked (explicit steps, not chance), on both
 profiles; then rounds of both at once. The bot never gets a 500, the operator at worst one
-refusal line (marketplace/conflicts.py)."""
+refusal line (marketplace/database/conflicts.py)."""
 
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ async def test_an_operator_write_that_finds_the_database_locked_is_one_refusal_l
 ) -> None:
     """Another writer holds SQLite's write lock past the command's wait: one line, exit 1, no
     driver text."""
-    monkeypatch.setattr("marketplace.db.COMMAND_LOCK_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr("marketplace.database.engine.COMMAND_LOCK_WAIT_SECONDS", 0.2)
     database = make_url(back_office.settings.database_url).database
     assert database is not None
     holder = sqlite3.connect(database, isolation_level=None)

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.config import Settings
-from marketplace.db import create_engine
+from marketplace.database.engine import create_engine
 from marketplace.migrations.runner import alembic_config, current_revision
 
 CAFE_NFD = unicodedata.normalize("NFD", "Café")

@@ -11,7 +11,7 @@ from marketplace.api.v1.bindings import bound_resource
 from marketplace.api.v1.objects import access_object, storage_url
 from marketplace.catalogue import members
 from marketplace.catalogue.access_grants import GrantOutcome, grant_access
-from marketplace.conflicts import retrying
+from marketplace.database.conflicts import retrying
 from marketplace.http.errors import ApiError, NotFound
 from marketplace.http.json import EncodedJsonAnswer, JsonAnswer, encode
 from marketplace.http.routing import ApiCall
@@ -83,7 +83,7 @@ async def grant(call: ApiCall) -> Response:
                 ip_hash=services.hash_ip(call.client_ip),
             )
 
-    # A write that meets an operator's is run again whole (marketplace/conflicts.py).
+    # A write that meets an operator's is run again whole (marketplace/database/conflicts.py).
     outcome = await retrying(transaction)
     return JsonAnswer({"message": outcome.value})
 

@@ -58,7 +58,7 @@ def activity(
         fail(str(refusal))
 
     async def run(settings: Settings) -> int:
-        from marketplace.db import engine_for
+        from marketplace.database.engine import engine_for
 
         await require_schema(settings)
         printed = 0

@@ -4,7 +4,7 @@ Every command that changes data runs one action (`actions.perform`): one transac
 activity-log entry per change under the operator's name (`--by`, else the system user), a line
 per change on standard output (`--json`: a JSON object per line). A refusal is one line on
 standard error and exit 1, with nothing written; so is a change that kept conflicting with
-concurrent writes (the API's, another operator's) after its retries (`marketplace/conflicts.py`).
+concurrent writes (the API's, another operator's) after its retries (`marketplace/database/conflicts.py`).
 
 Imports stay light (click only): `marketplace/cli.py` registers the commands in every process
 that runs `marketplace`, the supervisor of `serve` included.
@@ -60,8 +60,8 @@ def perform_and_report(
 
     async def run(settings: Settings) -> Sequence[Any]:
         from marketplace.backoffice.actions import Refused, perform
-        from marketplace.conflicts import WriteConflict
-        from marketplace.db import engine_for
+        from marketplace.database.conflicts import WriteConflict
+        from marketplace.database.engine import engine_for
 
         await require_schema(settings)
         async with engine_for(settings) as engine:

@@ -1,6 +1,6 @@
 """PostgreSQL change notices: every statement that changes a table notifies `marketplace_changes`
 
-The service's own writers already notify (marketplace/changes.py); the triggers make writes from
+The service's own writers already notify (marketplace/database/changes.py); the triggers make writes from
 anywhere else (psql, another tool) reach the workers' caches too. PostgreSQL delivers one notice
 per transaction for identical ones, so a transaction costs one notice however many rows it writes.
 

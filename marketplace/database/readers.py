@@ -41,10 +41,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
-from marketplace import freshness
-from marketplace.changes import ChangeFeed
-from marketplace.db import DEADLINE_CHECK_STEPS, unicode_lower
-from marketplace.freshness import Stamp
+from marketplace.database import freshness
+from marketplace.database.changes import ChangeFeed
+from marketplace.database.engine import DEADLINE_CHECK_STEPS, unicode_lower
+from marketplace.database.freshness import Stamp
 
 Row = Sequence[Any]
 AnySelect = Select[*tuple[Any, ...]]
@@ -182,7 +182,7 @@ class PostgresReader:
         self, engine: AsyncEngine, *, cancel_after: float | None = None, read_slots: int | None = None
     ) -> None:
         self._engine = engine
-        # Behind a transaction-mode pooler the server has no statement timeout for a read (db.py):
+        # Behind a transaction-mode pooler the server has no statement timeout for a read (database/engine.py):
         # the driver cancels it on the server at this bound.
         self._cancel_after = cancel_after
         # asyncpg returns every column as the models' Python types already.

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.telemetry.logs import start_background
 
-logger = logging.getLogger("marketplace.changes")
+logger = logging.getLogger("marketplace.database.changes")
 
 CHANNEL = "marketplace_changes"
 _NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
@@ -313,7 +313,7 @@ class PostgresChangeFeed:
         self._set_proven(False)
 
     def _set_proven(self, proven: bool) -> None:
-        # Imported here, not with the module: the command line imports this module (through db.py)
+        # Imported here, not with the module: the command line imports this module (through database/engine.py)
         # before `serve` decides where metric values go, which their first import fixes.
         from marketplace.telemetry.metrics import CHANGE_FEED_UP
 

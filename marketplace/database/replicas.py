@@ -53,14 +53,14 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from marketplace import freshness
-from marketplace.changes import ChangeFeed
-from marketplace.freshness import read_proven_as_of
-from marketplace.readers import Read, Reader, Row
+from marketplace.database import freshness
+from marketplace.database.changes import ChangeFeed
+from marketplace.database.freshness import read_proven_as_of
+from marketplace.database.readers import Read, Reader, Row
 from marketplace.telemetry.logs import start_background
 from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
 
-logger = logging.getLogger("marketplace.replicas")
+logger = logging.getLogger("marketplace.database.replicas")
 
 # How often a replica behind the floor, but within the lag bound, is asked again after a notice.
 CATCH_UP_POLL_SECONDS = 0.01

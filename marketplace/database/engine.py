@@ -21,8 +21,8 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.util import await_only
 
-from marketplace.changes import announce_commits
 from marketplace.config import Settings
+from marketplace.database.changes import announce_commits
 
 _ASYNC_DRIVERS = {
     "sqlite": "sqlite+aiosqlite",

@@ -20,7 +20,7 @@ What the order cannot rule out (a lock graph outside the service, a `psql` sessi
 serialization failure) is retried here, in one place: `retrying` runs the whole transaction again
 on a deadlock (SQLSTATE 40P01), a serialization failure (40001) or SQLite's stale snapshot, at
 most `ATTEMPTS` times; SQLite's busy database (its writers wait for each other up to a bound, see
-`db.py`) is a conflict given up at once. A transaction is a function that opens its own session, so that a retry
+`database/engine.py`) is a conflict given up at once. A transaction is a function that opens its own session, so that a retry
 starts from nothing: what the failed attempt wrote was rolled back with it, and its change notice
 (sent inside the transaction, `changes.py`) went nowhere. Nothing outside the transaction (an
 HTTP answer, an operator's report, a log line) happens before it commits, hence once. After the
@@ -70,7 +70,7 @@ def is_write_conflict(error: BaseException) -> bool:
 
 def worth_retrying(error: DBAPIError) -> bool:
     """A conflict another attempt may not meet. SQLite's plain busy is not one: the writer waited
-    for the lock the whole bound already (`db.py`); a stale snapshot (BUSY_SNAPSHOT) is."""
+    for the lock the whole bound already (`database/engine.py`); a stale snapshot (BUSY_SNAPSHOT) is."""
     original = error.orig
     if isinstance(original, sqlite3.OperationalError):
         return _sqlite_code(original) == SQLITE_BUSY_SNAPSHOT
