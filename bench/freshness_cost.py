@@ -6,8 +6,10 @@ an expired entry is a miss (`marketplace_worker_cache_lookups_total{outcome="exp
 fills a SQLite catalogue (`catalogue.py`, `fill.py`), then for each maximum age serves it with
 `marketplace serve --workers 2` and sends, at a fixed offered rate (`paced.lua`), version checks
 (`GET /api/v1/resource/version/{id}`) and resource cards (`GET /api/v1/resource/{id}`) naming
-visible resources drawn uniformly: a warm-up, then the measured seconds. It reads the service's
-own lookups (`/metrics`) and the CPU of its process tree (`/proc`) over the measured seconds.
+visible resources drawn uniformly, each route to a server of its own, both at once: a warm-up at
+least as long as the longest bounded age (so that the bound is at work in the measured window),
+then the measured seconds. It reads the service's own lookups (`/metrics`) and the CPU of its
+process tree (`/proc`) over the measured seconds.
 
 Why the age matters, in the steady state: a worker that gets a share s of the requests sees each
 key at `r = s * rate / keys` per second; a miss keeps an answer that serves `r * age` requests on
@@ -17,11 +19,11 @@ average before it expires, and the next request misses again, so the hit ratio t
 measured one. The workers' shares are read from their CPU time over the window (the kernel
 spreads wrk's connections unevenly over them).
 
-The settings run one server each, in an order alternating both ends of the list (none, 1 s, 60 s,
-10 s, 30 s), and the two routes swap places from one server to the next, so that the drift of a
-shared machine does not line up with the age.
+The ages run in an order alternating both ends of the list (none, 1 s, 60 s, 10 s, 30 s), so
+that the drift of a shared machine does not line up with the age; the two routes of one age run
+at the same time, so that they share it.
 
-    .venv/bin/python bench/freshness_cost.py                  # about 12 minutes
+    .venv/bin/python bench/freshness_cost.py                  # about 11 minutes
     .venv/bin/python bench/freshness_cost.py --seconds 5 --warmup 2 --resources 2000   # a try
 """
 
@@ -34,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -365,28 +368,46 @@ def run(arguments: argparse.Namespace) -> Report:
         warmup=arguments.warmup,
         connections=arguments.connections,
     )
-    routes = list(arguments.routes)
     seed = arguments.seed
     for turn, max_age in enumerate(alternating(arguments.ages)):
-        log = workdir / f"server-freshness-{age_label(max_age).replace(' ', '')}.log"
-        service = _service(f"sqlite:///{path}", workdir, arguments.workers, max_age, log)
+        routes = list(arguments.routes) if turn % 2 == 0 else list(arguments.routes)[::-1]
+        # Each route on a server of its own, both loaded at once: each has its own metrics and
+        # process tree, and the two share whatever the machine is doing.
+        servers = {
+            route: _service(
+                f"sqlite:///{path}",
+                workdir,
+                arguments.workers,
+                max_age,
+                workdir / f"server-freshness-{route}-{age_label(max_age).replace(' ', '')}.log",
+            )
+            for route in routes
+        }
+        seed += 2
         try:
-            service.start()
-            for route in routes if turn % 2 == 0 else routes[::-1]:
-                seed += 2
-                measured = _measure_route(service, route, max_age, files[route], arguments, seed)
-                measured.predicted, measured.steady = expected_hit_ratios(
-                    measured.worker_shares, arguments.rate, len(keys), max_age, measured.window
-                )
-                report.measured.append(measured)
-                say(
-                    f"max age {age_label(max_age)}, {route}: hit ratio {measured.lookups.hit_ratio:.3f} "
-                    f"(expected {measured.predicted:.3f}, worker shares "
-                    f"{'/'.join(f'{share:.2f}' for share in measured.worker_shares)}), {measured.result.rate:,.0f} req/s, "
-                    f"{measured.cpu_us:,.0f} µs CPU/request, {measured.errors} errors"
-                )
+            for server in servers.values():
+                server.start()
+            with ThreadPoolExecutor(len(routes)) as pool:
+                running = [
+                    pool.submit(_measure_route, servers[route], route, max_age, files[route], arguments, seed)
+                    for route in routes
+                ]
+                measured_routes = [future.result() for future in running]
         finally:
-            service.stop()
+            for server in servers.values():
+                server.stop()
+        for measured in measured_routes:
+            measured.predicted, measured.steady = expected_hit_ratios(
+                measured.worker_shares, arguments.rate, len(keys), max_age, measured.window
+            )
+            report.measured.append(measured)
+            say(
+                f"max age {age_label(max_age)}, {measured.route}: hit ratio "
+                f"{measured.lookups.hit_ratio:.3f} (expected {measured.predicted:.3f}, worker shares "
+                f"{'/'.join(f'{share:.2f}' for share in measured.worker_shares)}), "
+                f"{measured.result.rate:,.0f} req/s, {measured.cpu_us:,.0f} µs CPU/request, "
+                f"{measured.errors} errors"
+            )
     report.took = time.monotonic() - started
     return report
 
@@ -402,7 +423,9 @@ def main() -> None:
     parser.add_argument("--resources", type=int, default=20_000)
     parser.add_argument("--rate", type=float, default=600.0, help="requests/s offered")
     parser.add_argument("--seconds", type=int, default=60, help="measured seconds per route and age")
-    parser.add_argument("--warmup", type=int, default=5, help="warm-up seconds per route and age")
+    parser.add_argument(
+        "--warmup", type=int, default=60, help="seconds of load before the measured ones (≥ the longest age)"
+    )
     parser.add_argument(
         "--ages", type=_ages, default=DEFAULT_AGES, help=f"max ages, seconds (≥ {NO_BOUND:g}: none)"
     )
