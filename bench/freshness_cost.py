@@ -122,54 +122,64 @@ def steady_hit_ratio(key_rate: float, max_age: float) -> float:
     return kept / (1.0 + kept)
 
 
-def hit_ratio_from_cold(key_rate: float, max_age: float, start: float, end: float) -> float:
+def hit_ratio_from_cold(
+    key_rate: float, max_age: float, start: float, end: float, *, warmup_rate: float | None = None
+) -> float:
     """The hit ratio expected over [start, end] seconds after the first request, the cache empty
-    at 0 and each key requested at `key_rate` (Poisson).
+    at 0 and each key requested (Poisson) at `warmup_rate` until `start`, at `key_rate` after
+    (`warmup_rate` None: `key_rate` all along).
 
-    A request hits when an answer was kept (by a miss) within `max_age` before it. Misses that
-    keep come at the density u(t) = r·e^(-rt) (the first request) + r·v(t - age), where
-    v(x) = ∫₀ˣ u(s)·e^(-r(x-s)) ds: after a keeping miss at s, the first request after s + age.
-    A request at t hits with probability ∫ u over (t - age, t] (at most one keeping miss there).
+    A request hits when a miss kept an answer within `max_age` before it. Keeping misses come at
+    r(t)·(1 - p(t)), where p(t), the chance that an answer kept within the last `max_age` is
+    there, is the integral of those misses over (t - age, t] (two never fall in one such span).
     """
     if end <= start:
         raise ValueError("the window must end after it starts")
-    r = key_rate
+    early = key_rate if warmup_rate is None else warmup_rate
     if max_age >= end:
         # Nothing expires within the window: a request hits when the key was asked before.
-        if r == 0:
-            return 0.0
-        return 1.0 - (math.exp(-r * start) - math.exp(-r * end)) / (r * (end - start))
+        asked_before = 1.0 - math.exp(-early * start)
+        if key_rate == 0:
+            return asked_before
+        span = key_rate * (end - start)
+        return 1.0 - (1.0 - asked_before) * (1.0 - math.exp(-span)) / span
     step = min(max_age / 50.0, 0.05)
     lag = max(1, round(max_age / step))
-    steps = math.ceil(end / step) + 1
-    decay = math.exp(-r * step)
-    v = 0.0
-    delayed: list[float] = []  # v at each step, read back `lag` steps later
-    kept_total: list[float] = []  # ∫₀ᵗ u, at each step
-    cumulative = 0.0
+    kept = [0.0]  # ∫ of the keeping misses from 0 to each step
     hits_sum = 0.0
     counted = 0
-    for index in range(steps):
+    for index in range(math.ceil(end / step) + 1):
         t = index * step
-        u = r * math.exp(-r * t) + (r * delayed[index - lag] if index >= lag else 0.0)
-        delayed.append(v)
-        v = (v + u * step) * decay
-        cumulative += u * step
-        kept_total.append(cumulative)
-        if start <= t <= end:
-            hits_sum += cumulative - (kept_total[index - lag] if index >= lag else 0.0)
+        there = kept[index] - (kept[index - lag] if index >= lag else 0.0)
+        rate = early if t < start else key_rate
+        kept.append(kept[index] + step * rate * (1.0 - there))
+        if t >= start:
+            hits_sum += there
             counted += 1
     return hits_sum / counted if counted else float("nan")
 
 
 def expected_hit_ratios(
-    worker_shares: Sequence[float], rate: float, keys: int, max_age: float, window: tuple[float, float]
+    worker_shares: Sequence[float],
+    rate: float,
+    keys: int,
+    max_age: float,
+    window: tuple[float, float],
+    warmup_shares: Sequence[float] | None = None,
 ) -> tuple[float, float]:
     """The hit ratio expected over `window` from a cold start, and in the long run, over workers
-    getting these shares of `rate` (each request counts once, so each worker weighs its share)."""
+    getting these shares of `rate` (each request counts once, so each worker weighs its share).
+    Each wrk run opens its connections anew: the warm-up may have split them otherwise."""
+    early = worker_shares if warmup_shares is None else warmup_shares
     from_cold = sum(
-        share * hit_ratio_from_cold(per_key_rate(rate, keys, share), max_age, *window)
-        for share in worker_shares
+        share
+        * hit_ratio_from_cold(
+            per_key_rate(rate, keys, share),
+            max_age,
+            *window,
+            warmup_rate=per_key_rate(rate, keys, warmup_share),
+        )
+        for share, warmup_share in zip(worker_shares, early, strict=True)
     )
     steady = sum(
         share * steady_hit_ratio(per_key_rate(rate, keys, share), max_age) for share in worker_shares
@@ -204,6 +214,7 @@ class Measured:
     window: tuple[float, float]
     # Each worker's share of the requests over the window (from its CPU time).
     worker_shares: list[float] = field(default_factory=list)
+    warmup_shares: list[float] = field(default_factory=list)
     predicted: float = float("nan")
     steady: float = float("nan")
 
@@ -243,7 +254,8 @@ def render(report: Report) -> str:
         f"({report.connections} connections); {report.warmup} s warm-up then {report.seconds} s measured "
         f"per route and age; {report.took / 60:.1f} minutes in all. Per-key rate seen by a worker "
         f"getting an even share: {per_key_rate(report.rate, report.keys, 1 / report.workers):.4f}/s. "
-        "Expected hit ratios weigh each worker by its share of the CPU over the window.",
+        "Expected hit ratios weigh each worker by its share of the CPU over the warm-up and the window "
+        "(shown: warm-up, then window).",
         "",
     ]
     for route in ROUTE_PATHS:
@@ -251,22 +263,31 @@ def render(report: Report) -> str:
         if not rows:
             continue
         unbounded = next((m for m in rows if m.max_age >= NO_BOUND), None)
+        even = per_key_rate(report.rate, report.keys, 1 / report.workers)
         lines += [
             f"`{route}` ({ROUTE_PATHS[route].format('{id}')})",
             "",
-            "| max age | hit ratio | expired | expected from cold | steady state | req/s | CPU µs/request "
-            "| CPU vs none | worker shares | errors |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| max age | hit ratio | expired | expected from cold | long run | long run, even split | req/s "
+            "| CPU µs/request | CPU vs none | worker shares | errors |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for m in rows:
             relative = m.cpu_us / unbounded.cpu_us if unbounded and unbounded.cpu_us else float("nan")
             lines.append(
                 f"| {age_label(m.max_age)} | {m.lookups.hit_ratio:.3f} | {m.lookups.expired_share:.3f} "
-                f"| {m.predicted:.3f} | {m.steady:.3f} | {m.result.rate:,.0f} | {m.cpu_us:,.0f} "
-                f"| {relative:.2f} | {'/'.join(f'{share:.2f}' for share in m.worker_shares)} | {m.errors} |"
+                f"| {m.predicted:.3f} | {m.steady:.3f} | {steady_hit_ratio(even, m.max_age):.3f} "
+                f"| {m.result.rate:,.0f} | {m.cpu_us:,.0f} "
+                f"| {relative:.2f} | {_shares_text(m)} | {m.errors} |"
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def _shares_text(measured: Measured) -> str:
+    window = "/".join(f"{share:.2f}" for share in measured.worker_shares)
+    if not measured.warmup_shares:
+        return window
+    return "/".join(f"{share:.2f}" for share in measured.warmup_shares) + " → " + window
 
 
 def _service(url: str, workdir: Path, workers: int, max_age: float, log: Path) -> Server:
@@ -302,6 +323,8 @@ def _measure_route(
     arguments: argparse.Namespace,
     seed: int,
 ) -> Measured:
+    workers = service.workers()
+    workers_started = {pid: cpu_seconds(pid) for pid in workers}
     began = time.monotonic()
     if arguments.warmup:
         run_wrk(
@@ -312,7 +335,6 @@ def _measure_route(
             seed=seed,
             rate=arguments.rate,
         )
-    workers = service.workers()
     before, cpu = service.metrics(), service.cpu_seconds()
     workers_before = {pid: cpu_seconds(pid) for pid in workers}
     opened = time.monotonic() - began
@@ -337,6 +359,7 @@ def _measure_route(
         statuses=statuses,
         window=(opened, closed),
         worker_shares=shares(workers_before, workers_after),
+        warmup_shares=shares(workers_started, workers_before),
     )
 
 
@@ -398,13 +421,18 @@ def run(arguments: argparse.Namespace) -> Report:
                 server.stop()
         for measured in measured_routes:
             measured.predicted, measured.steady = expected_hit_ratios(
-                measured.worker_shares, arguments.rate, len(keys), max_age, measured.window
+                measured.worker_shares,
+                arguments.rate,
+                len(keys),
+                max_age,
+                measured.window,
+                measured.warmup_shares,
             )
             report.measured.append(measured)
             say(
                 f"max age {age_label(max_age)}, {measured.route}: hit ratio "
                 f"{measured.lookups.hit_ratio:.3f} (expected {measured.predicted:.3f}, worker shares "
-                f"{'/'.join(f'{share:.2f}' for share in measured.worker_shares)}), "
+                f"{_shares_text(measured)}), "
                 f"{measured.result.rate:,.0f} req/s, {measured.cpu_us:,.0f} µs CPU/request, "
                 f"{measured.errors} errors"
             )

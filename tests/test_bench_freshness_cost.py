@@ -70,14 +70,23 @@ def test_the_steady_hit_ratio_is_the_kept_requests_over_a_keeping_cycle() -> Non
     assert steady_hit_ratio(0.01, 1) < steady_hit_ratio(0.01, 10) < steady_hit_ratio(0.01, 60)
 
 
-def _simulated_hit_ratio(key_rate: float, max_age: float, start: float, end: float, keys: int) -> float:
-    """The worker cache's rule run on Poisson requests of `keys` keys from an empty cache."""
+def _simulated_hit_ratio(
+    warmup_rate: float, key_rate: float, max_age: float, start: float, end: float, keys: int
+) -> float:
+    """The worker cache's rule run on Poisson requests of `keys` keys from an empty cache, at
+    `warmup_rate` until `start` and `key_rate` after."""
     rng = random.Random(7)
     hits = lookups = 0
     for _ in range(keys):
         moment, kept_at = 0.0, None
         while True:
-            moment += rng.expovariate(key_rate)
+            if moment < start:
+                moment += rng.expovariate(warmup_rate)
+                if moment >= start:
+                    # Poisson arrivals forget the past: the window's own start over again.
+                    moment = start + rng.expovariate(key_rate)
+            else:
+                moment += rng.expovariate(key_rate)
             if moment > end:
                 break
             hit = kept_at is not None and moment - kept_at <= max_age
@@ -90,9 +99,13 @@ def _simulated_hit_ratio(key_rate: float, max_age: float, start: float, end: flo
 
 
 @pytest.mark.parametrize("max_age", [1.0, 10.0, 30.0, 60.0, 1e9])
-def test_the_hit_ratio_expected_from_cold_is_what_the_cache_rule_gives(max_age: float) -> None:
-    expected = hit_ratio_from_cold(0.02, max_age, 10, 70)
-    assert expected == pytest.approx(_simulated_hit_ratio(0.02, max_age, 10, 70, keys=20_000), abs=0.015)
+@pytest.mark.parametrize("warmup_rate", [0.02, 0.04, 0.001])
+def test_the_hit_ratio_expected_from_cold_is_what_the_cache_rule_gives(
+    max_age: float, warmup_rate: float
+) -> None:
+    expected = hit_ratio_from_cold(0.02, max_age, 60, 120, warmup_rate=warmup_rate)
+    simulated = _simulated_hit_ratio(warmup_rate, 0.02, max_age, 60, 120, keys=10_000)
+    assert expected == pytest.approx(simulated, abs=0.015)
 
 
 def test_the_hit_ratio_from_cold_climbs_to_the_steady_state() -> None:
@@ -108,6 +121,16 @@ def test_the_workers_shares_come_from_their_cpu_time() -> None:
     assert shares({11: 1.0, 12: 2.0}, {11: 1.0, 12: 2.0}) == [0.5, 0.5]
     # A worker gone during the window counts as having done nothing more.
     assert shares({11: 1.0, 12: 2.0}, {12: 4.0}) == pytest.approx([0.0, 1.0])
+
+
+def test_a_worker_that_had_no_share_of_the_warm_up_starts_the_window_cold() -> None:
+    kept_its_share, _ = expected_hit_ratios([0.5, 0.5], 600, 18_000, 1e9, (60, 120), [0.5, 0.5])
+    moved, _ = expected_hit_ratios([0.5, 0.5], 600, 18_000, 1e9, (60, 120), [1.0, 0.0])
+    assert moved < kept_its_share
+    assert moved == pytest.approx(
+        0.5 * hit_ratio_from_cold(300 / 18_000, 1e9, 60, 120, warmup_rate=600 / 18_000)
+        + 0.5 * hit_ratio_from_cold(300 / 18_000, 1e9, 60, 120, warmup_rate=0.0)
+    )
 
 
 def test_an_uneven_split_over_the_workers_raises_the_expected_hit_ratio() -> None:
@@ -140,6 +163,7 @@ def test_the_table_gives_each_route_its_ratios_and_the_cpu_relative_to_no_bound(
                 statuses={"200": 36_000},
                 window=(10.0, 70.0),
                 worker_shares=[0.5, 0.5],
+                warmup_shares=[0.6, 0.4],
                 predicted=0.5,
                 steady=0.6,
             )
@@ -149,9 +173,9 @@ def test_the_table_gives_each_route_its_ratios_and_the_cpu_relative_to_no_bound(
     assert "`card`" not in table
     rows = [line for line in table.splitlines() if line.startswith("| ") and "max age" not in line]
     assert rows == [
-        "| none | 0.600 | 0.000 | 0.500 | 0.600 | 600 | 667 | 1.00 | 0.50/0.50 | 0 |",
-        "| 60 s | 0.300 | 0.000 | 0.500 | 0.600 | 600 | 833 | 1.25 | 0.50/0.50 | 0 |",
-        "| 1 s | 0.010 | 0.000 | 0.500 | 0.600 | 600 | 1,000 | 1.50 | 0.50/0.50 | 0 |",
+        "| none | 0.600 | 0.000 | 0.500 | 0.600 | 1.000 | 600 | 667 | 1.00 | 0.60/0.40 → 0.50/0.50 | 0 |",
+        "| 60 s | 0.300 | 0.000 | 0.500 | 0.600 | 0.500 | 600 | 833 | 1.25 | 0.60/0.40 → 0.50/0.50 | 0 |",
+        "| 1 s | 0.010 | 0.000 | 0.500 | 0.600 | 0.016 | 600 | 1,000 | 1.50 | 0.60/0.40 → 0.50/0.50 | 0 |",
     ]
 
 
