@@ -250,7 +250,7 @@ def _forget_redis_keys(redis_url: str, server: Server) -> None:
         client.delete(*keys[start : start + 1000])
 
 
-def _deltas(
+def metric_deltas(
     before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
     after: dict[tuple[str, tuple[tuple[str, str], ...]], float],
 ) -> tuple[dict[str, int], dict[str, float]]:
@@ -371,7 +371,7 @@ def _measure_profile(options: Options, run: Run, profile: str) -> None:
                     )
                     if profile == "postgresql":
                         result.store_cpu_us.append(_per_request(store.used(), measured))
-                    statuses, cache = _deltas(before, service.metrics())
+                    statuses, cache = metric_deltas(before, service.metrics())
                     for key, value in statuses.items():
                         result.statuses[key] = result.statuses.get(key, 0) + value
                     for key, change in cache.items():

@@ -1,4 +1,5 @@
-"""One `wrk` run with `requests.lua`, read back from the script's summary line."""
+"""One `wrk` run with `requests.lua` (as fast as the connections go) or `paced.lua` (at a fixed
+offered rate), read back from the script's summary line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent / "requests.lua"
+PACED_SCRIPT = Path(__file__).resolve().parent / "paced.lua"
 _SUMMARY = re.compile(r"^BENCH (\{.*\})$", re.MULTILINE)
 
 
@@ -61,8 +63,16 @@ def parse_summary(output: str) -> WrkResult:
 
 
 def run_wrk(
-    port: int, request_file: Path, *, seconds: int, connections: int, threads: int = 1, seed: int = 1
+    port: int,
+    request_file: Path,
+    *,
+    seconds: int,
+    connections: int,
+    threads: int = 1,
+    seed: int = 1,
+    rate: float | None = None,
 ) -> WrkResult:
+    """`rate`: requests per second over all threads (None: as many as the connections get answered)."""
     command = [
         "wrk",
         f"-t{threads}",
@@ -71,12 +81,14 @@ def run_wrk(
         "--timeout",
         "5s",
         "-s",
-        str(SCRIPT),
+        str(SCRIPT if rate is None else PACED_SCRIPT),
         f"http://127.0.0.1:{port}",
         "--",
         str(request_file),
         str(seed),
     ]
+    if rate is not None:
+        command.append(f"{rate / threads:g}")
     done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
     if done.returncode != 0:
         raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr.strip() or done.stdout[-500:]}")
