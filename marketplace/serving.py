@@ -3,10 +3,11 @@
 uvicorn's httptools protocol buffers a request's line and headers for as long and as large as a
 client sends them, and the event loop keeps a TLS handshake waiting for 60 s. Here:
 
-- a worker holds at most `MARKETPLACE_MAX_CONNECTIONS` connections, TLS handshakes included; past
-  that, a new connection is closed at once, before its handshake or a byte is read, counted in
-  `marketplace_http_refused_connections_total` and logged when the cap is reached;
-- a TLS handshake not done within `MARKETPLACE_READ_TIMEOUT_SECONDS` closes the connection;
+- a worker holds at most `MARKETPLACE_MAX_CONNECTIONS` connections; past that, a new connection is
+  closed at once, before a byte of a request is read (over TLS: once its handshake is done),
+  counted in `marketplace_http_refused_connections_total` and logged when the cap is reached;
+- a TLS handshake not done within `MARKETPLACE_READ_TIMEOUT_SECONDS` closes the connection, so a
+  handshake in progress holds at most that long;
 - every request head on a connection, the first or one pipelined behind another, is refused above
   `MAX_HEAD_BYTES` (431), and one not complete within the read timeout of its first byte is
   answered 408; a connection that sends nothing for that long is closed.
@@ -25,7 +26,6 @@ import ctypes
 import ctypes.util
 import functools
 import logging
-import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -139,7 +139,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.holds_place:
-            # Plain HTTP: admitted here. Over TLS, `TlsHandshake` admitted it before the handshake.
+            # Over TLS, once the handshake is done.
             if not open_connections().admit():
                 transport.abort()
                 return
@@ -267,55 +267,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-class TlsHandshake(asyncio.Protocol):
-    """An HTTPS connection until its handshake is done: admitted under the cap before any byte is
-    read, given the read timeout to complete the handshake, then handed to the HTTP protocol."""
-
-    def __init__(self, http_protocol: Callable[[], asyncio.BaseProtocol], context: ssl.SSLContext) -> None:
-        self._http_protocol = http_protocol
-        self._context = context
-        self._task: asyncio.Task[None] | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if not open_connections().admit():
-            transport.abort()
-            return
-        # Nothing is read before the TLS layer takes the connection over.
-        transport.pause_reading()
-        self._task = asyncio.get_running_loop().create_task(self._handshake(transport))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        # The client left before the handshake started.
-        if self._task is not None:
-            self._task.cancel()
-
-    async def _handshake(self, transport: asyncio.Transport) -> None:
-        protocol = self._http_protocol()
-        assert isinstance(protocol, BoundedHttpToolsProtocol)
-        protocol.holds_place = True
-        timeout = head_timeout_seconds()
-        try:
-            secured = await asyncio.get_running_loop().start_tls(
-                transport,
-                protocol,
-                self._context,
-                server_side=True,
-                ssl_handshake_timeout=timeout,
-                ssl_shutdown_timeout=timeout,
-            )
-        except BaseException as failure:
-            # Refused, timed out, or the client left: nothing to answer on a connection not secured.
-            transport.abort()
-            protocol.give_back_place()
-            if isinstance(failure, asyncio.CancelledError):
-                raise
-            return
-        if secured is None:
-            protocol.give_back_place()
-            return
-        protocol.connection_made(secured)
-
-
 def bounded_loop() -> asyncio.AbstractEventLoop:
     """The event loop of each worker (uvloop when installed), its TLS handshakes bounded."""
     try:
@@ -331,11 +282,12 @@ def _bounded(base: type[asyncio.AbstractEventLoop]) -> type[asyncio.AbstractEven
         async def create_server(  # type: ignore[no-untyped-def]
             self, protocol_factory, *args, ssl=None, **kwargs
         ):
-            if ssl is None:
-                return await super().create_server(protocol_factory, *args, **kwargs)
-            # A plain server whose connections `TlsHandshake` admits, then secures.
-            return await super().create_server(
-                functools.partial(TlsHandshake, protocol_factory, ssl), *args, **kwargs
-            )
+            if ssl is not None:
+                # The loop's own TLS layer, its handshake bounded by the read timeout. (Taking the
+                # connection over with `start_tls` after accepting it lost a client's first bytes
+                # when they came with the connection.)
+                kwargs["ssl_handshake_timeout"] = head_timeout_seconds()
+                kwargs["ssl_shutdown_timeout"] = head_timeout_seconds()
+            return await super().create_server(protocol_factory, *args, ssl=ssl, **kwargs)
 
     return BoundedLoop
