@@ -175,6 +175,20 @@ class _Prepared:
         return found
 
 
+async def give_back_after_failure(pooled: PoolProxiedConnection, error: BaseException) -> None:
+    """Return a pooled asyncpg connection whose statement failed: dropped if it is closed (or was
+    abandoned mid-statement), else put back, in the greenlet, since its reset may need the server."""
+    connection = pooled.driver_connection
+    assert connection is not None
+    if isinstance(error, asyncio.CancelledError):
+        # A statement abandoned mid-way leaves the connection in an unknown state.
+        connection.terminate()
+    if connection.is_closed():
+        await greenlet_spawn(pooled.invalidate, error)
+    else:
+        await greenlet_spawn(pooled.close)
+
+
 class PostgresReader:
     """Reads through the asyncpg connection of a pooled connection, which prepares each statement once."""
 
@@ -220,14 +234,7 @@ class PostgresReader:
                 prepared.sql, *prepared.arguments(values), timeout=self._cancel_after
             )
         except BaseException as error:
-            if isinstance(error, asyncio.CancelledError):
-                # A statement abandoned mid-way leaves the connection in an unknown state.
-                connection.terminate()
-            if connection.is_closed():
-                await greenlet_spawn(pooled.invalidate, error)
-            else:
-                # Its reset may need the server: given back where it may wait for it.
-                await greenlet_spawn(pooled.close)
+            await give_back_after_failure(pooled, error)
             raise
         pooled.close()
         return rows

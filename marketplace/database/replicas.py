@@ -51,12 +51,11 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.util import greenlet_spawn
 
 from marketplace.database import freshness
 from marketplace.database.changes import ChangeFeed
 from marketplace.database.freshness import read_proven_as_of
-from marketplace.database.readers import Read, Reader, Row
+from marketplace.database.readers import Read, Reader, Row, give_back_after_failure
 from marketplace.telemetry.logs import start_background
 from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
 
@@ -373,12 +372,7 @@ async def _fetch_value(engine: AsyncEngine, statement: str) -> Any:
     try:
         value = await connection.fetchval(statement)
     except BaseException as error:
-        if isinstance(error, asyncio.CancelledError):
-            connection.terminate()
-        if connection.is_closed():
-            await greenlet_spawn(pooled.invalidate, error)
-        else:
-            await greenlet_spawn(pooled.close)
+        await give_back_after_failure(pooled, error)
         raise
     pooled.close()
     return value
