@@ -5,7 +5,7 @@ same uvicorn and worker count, then runs `wrk` against each in turn (A B A B ...
 of a shared machine falls on every target alike. Each request comes from another client address
 (`rotate_ip.lua`), so that the limiters count without refusing.
 
-    python bench/ratio.py --env MARKETPLACE_DATABASE_URL=sqlite:///marketplace.database.engine \\
+    python bench/ratio.py --env MARKETPLACE_DATABASE_URL=sqlite:///marketplace.db \\
         --source now=. --source before=/tmp/before --path /api/v1/resource/version/2 --workers 1
 
 `--source NAME=DIR` serves the checkout in DIR (its `marketplace` package first on the path).

@@ -75,7 +75,7 @@ def start_server(folder: Path, port: int, source: str | None) -> subprocess.Pope
     certificate, key = make_key_pair(folder)
     env = {name: value for name, value in os.environ.items() if not name.startswith("MARKETPLACE_")}
     env.update(
-        MARKETPLACE_DATABASE_URL=f"sqlite:///{folder / 'marketplace.database.engine'}",
+        MARKETPLACE_DATABASE_URL=f"sqlite:///{folder / 'marketplace.db'}",
         MARKETPLACE_STORAGE_DIR=str(folder / "storage"),
         MARKETPLACE_APP_KEY="bench",
         MARKETPLACE_ACCESS_LOG="false",

@@ -23,7 +23,7 @@ class Settings(BaseSettings):
         env_prefix="MARKETPLACE_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
     )
 
-    database_url: str = "sqlite:///./marketplace.database.engine"
+    database_url: str = "sqlite:///./marketplace.db"
     # PostgreSQL read replicas of `database_url`, comma-separated: the public reads go to them in
     # turn once they have replayed the changes a worker has seen (replicas.py).
     database_read_urls: str = ""

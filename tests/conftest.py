@@ -87,7 +87,7 @@ def profile(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def database_url(request: pytest.FixtureRequest, profile: str, tmp_path: Path) -> Iterator[str]:
     if profile == "sqlite":
-        target = tmp_path / "marketplace.database.engine"
+        target = tmp_path / "marketplace.db"
         shutil.copyfile(request.getfixturevalue("migrated_template"), target)
         yield f"sqlite:///{target}"
         return

@@ -63,9 +63,9 @@ def standalone_settings(root: Path, migrated_template: Path, **changes: Any) -> 
     from tests.conftest import GRANT_SECRET
     from tests.upstream import closed_port_url
 
-    shutil.copyfile(migrated_template, root / "marketplace.database.engine")
+    shutil.copyfile(migrated_template, root / "marketplace.db")
     values: dict[str, Any] = {
-        "database_url": f"sqlite:///{root / 'marketplace.database.engine'}",
+        "database_url": f"sqlite:///{root / 'marketplace.db'}",
         "storage_dir": str(root / "storage"),
         "chat_api_url": closed_port_url(),
         "stats_api_url": closed_port_url(),
