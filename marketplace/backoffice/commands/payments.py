@@ -6,6 +6,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from marketplace.backoffice.commands.finding import (
+    filters,
+    list_options,
+    print_found,
+    print_rows,
+    read,
+    show_options,
+)
 from marketplace.backoffice.commands.support import operator_options, perform_and_report
 from marketplace.console import fail
 
@@ -18,6 +26,41 @@ if TYPE_CHECKING:
 @click.group(help="Payments: confirm, fail, refund, dispute, cancel, prune abandoned checkouts.")
 def payments() -> None:
     pass
+
+
+@payments.command("list", help="Find payments, newest first; the filters combine. Nothing is written.")
+@click.option("--status", metavar="S", help="pending, paid, unpaid, refunded, disputed or cancelled.")
+@click.option("--user", metavar="ID", help="Bought by this user.")
+@click.option("--resource", metavar="ID", help="Of this resource.")
+@click.option("--since", metavar="TIME", help="Created at or after: ISO 8601 (2024-05-01) or ago (24h, 7d).")
+@click.option("--until", metavar="TIME", help="Created before: ISO 8601 or ago, as --since.")
+@list_options
+def list_payments(
+    status: str | None,
+    user: str | None,
+    resource: str | None,
+    since: str | None,
+    until: str | None,
+    limit: str | None,
+    as_json: bool,
+) -> None:
+    from marketplace.backoffice import finding
+
+    wanted = filters(
+        lambda: finding.PaymentFilters.from_options(
+            status=status, user=user, resource=resource, since=since, until=until, limit=limit
+        )
+    )
+    print_rows(read(lambda connection: finding.list_payments(connection, wanted)), as_json=as_json)
+
+
+@payments.command("show", help="Show the payment UID: buyer, resource, the access it backs, its log entries.")
+@click.argument("uid")
+@show_options
+def show_payment(uid: str, as_json: bool) -> None:
+    from marketplace.backoffice import finding
+
+    print_found(read(lambda connection: finding.show_payment(connection, uid)), as_json=as_json)
 
 
 def _payment_transition(verb: str, help_text: str) -> None:
