@@ -6,6 +6,14 @@ from typing import TYPE_CHECKING
 
 import click
 
+from marketplace.backoffice.commands.finding import (
+    filters,
+    list_options,
+    print_found,
+    print_rows,
+    read,
+    show_options,
+)
 from marketplace.backoffice.commands.support import one_change, operator_options, perform_and_report
 
 if TYPE_CHECKING:
@@ -14,9 +22,39 @@ if TYPE_CHECKING:
     from marketplace.backoffice.actions import Change
 
 
-@click.group(help="Users: ban, close, soft-delete (and back); link and unlink chat accounts.")
+@click.group(help="Users: find and show; ban, close, soft-delete (and back); link and unlink chat accounts.")
 def users() -> None:
     pass
+
+
+@users.command("list", help="Find users (soft-deleted ones too), newest first; the filters combine.")
+@click.option("--name", metavar="PREFIX", help="Names starting with PREFIX, without regard to case.")
+@click.option("--chat", metavar="SNOWFLAKE", help="The user this chat account is linked to.")
+@click.option("--banned", is_flag=True, help="Banned users only.")
+@click.option("--closed", is_flag=True, help="Closed accounts only.")
+@list_options
+def list_users(
+    name: str | None, chat: str | None, banned: bool, closed: bool, limit: str | None, as_json: bool
+) -> None:
+    from marketplace.backoffice import finding
+
+    wanted = filters(
+        lambda: finding.UserFilters.from_options(
+            name=name, chat=chat, banned=banned, closed=closed, limit=limit
+        )
+    )
+    print_rows(read(lambda connection: finding.list_users(connection, wanted)), as_json=as_json)
+
+
+@users.command(
+    "show", help="Show USER (an id): account, chat accounts, accesses, resources authored, payments."
+)
+@click.argument("user")
+@show_options
+def show_user(user: str, as_json: bool) -> None:
+    from marketplace.backoffice import finding
+
+    print_found(read(lambda connection: finding.show_user(connection, user)), as_json=as_json)
 
 
 def _account_state(verb: str, help_text: str) -> None:
