@@ -4,13 +4,50 @@ from __future__ import annotations
 
 import click
 
+from marketplace.backoffice.commands.finding import (
+    filters,
+    list_options,
+    print_found,
+    print_rows,
+    read,
+    show_options,
+)
 from marketplace.backoffice.commands.support import one_change, operator_options, perform_and_report
 from marketplace.console import fail
 
 
-@click.group(help="Resources: visibility status, soft deletion, releases, the current version, the stats id.")
+@click.group(
+    help="Resources: find and show; visibility status, soft deletion, releases, the current version, the stats id."
+)
 def resources() -> None:
     pass
+
+
+@resources.command("list", help="Find resources (deleted ones too), newest first; the filters combine.")
+@click.option("--status", metavar="S", help="published, unlisted, draft, pending or rejected.")
+@click.option("--author", metavar="ID", help="Written by this user.")
+@click.option("--name", metavar="TEXT", help="Names containing TEXT, without regard to case.")
+@list_options
+def list_resources(
+    status: str | None, author: str | None, name: str | None, limit: str | None, as_json: bool
+) -> None:
+    from marketplace.backoffice import finding
+
+    wanted = filters(
+        lambda: finding.ResourceFilters.from_options(status=status, author=author, name=name, limit=limit)
+    )
+    print_rows(read(lambda connection: finding.list_resources(connection, wanted)), as_json=as_json)
+
+
+@resources.command(
+    "show", help="Show RESOURCE (an id): every field, its versions, its accesses counted by source."
+)
+@click.argument("resource")
+@show_options
+def show_resource(resource: str, as_json: bool) -> None:
+    from marketplace.backoffice import finding
+
+    print_found(read(lambda connection: finding.show_resource(connection, resource)), as_json=as_json)
 
 
 @resources.command("status", help="Set the status: published, unlisted, draft, pending or rejected.")
