@@ -4,12 +4,42 @@ from __future__ import annotations
 
 import click
 
+from marketplace.backoffice.commands.finding import (
+    filters,
+    list_options,
+    print_found,
+    print_rows,
+    read,
+    show_options,
+)
 from marketplace.backoffice.commands.support import one_change, operator_options, perform_and_report
 
 
-@click.group(help="Gift codes: create, enable, disable.")
+@click.group(help="Gift codes: find and show; create, enable, disable.")
 def gifts() -> None:
     pass
+
+
+@gifts.command("list", help="Find gift codes, newest first; the filters combine.")
+@click.option("--seller", metavar="USER_ID", help="Issued for this seller.")
+@click.option(
+    "--active", is_flag=True, help="Only codes that apply now (enabled, started, not expired, uses left)."
+)
+@list_options
+def list_gifts(seller: str | None, active: bool, limit: str | None, as_json: bool) -> None:
+    from marketplace.backoffice import finding
+
+    wanted = filters(lambda: finding.GiftFilters.from_options(seller=seller, active=active, limit=limit))
+    print_rows(read(lambda connection: finding.list_gifts(connection, wanted)), as_json=as_json)
+
+
+@gifts.command("show", help="Show the gift code CODE (without regard to case): every stored field.")
+@click.argument("code")
+@show_options
+def show_gift(code: str, as_json: bool) -> None:
+    from marketplace.backoffice import finding
+
+    print_found(read(lambda connection: finding.show_gift(connection, code)), as_json=as_json)
 
 
 @gifts.command(
