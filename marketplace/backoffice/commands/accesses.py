@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from marketplace.backoffice.commands.finding import filters, list_options, print_rows, read
 from marketplace.backoffice.commands.support import one_change, operator_options, perform_and_report
 
 if TYPE_CHECKING:
@@ -14,9 +15,33 @@ if TYPE_CHECKING:
     from marketplace.backoffice.actions import Change
 
 
-@click.group(help="Members' accesses to resources: grant and revoke by hand.")
+@click.group(help="Members' accesses to resources: find them; grant and revoke by hand.")
 def accesses() -> None:
     pass
+
+
+@accesses.command("list", help="Find accesses (active and revoked), newest first; the filters combine.")
+@click.option("--user", metavar="ID", help="Of this user.")
+@click.option("--resource", metavar="ID", help="To this resource.")
+@click.option("--source", metavar="S", help="purchase, manual or gift.")
+@click.option("--revoked", is_flag=True, help="Revoked accesses only.")
+@list_options
+def list_accesses(
+    user: str | None,
+    resource: str | None,
+    source: str | None,
+    revoked: bool,
+    limit: str | None,
+    as_json: bool,
+) -> None:
+    from marketplace.backoffice import finding
+
+    wanted = filters(
+        lambda: finding.AccessFilters.from_options(
+            user=user, resource=resource, source=source, revoked=revoked, limit=limit
+        )
+    )
+    print_rows(read(lambda connection: finding.list_accesses(connection, wanted)), as_json=as_json)
 
 
 @accesses.command(help="Give USER an active manual access to RESOURCE (ids), created or reactivated.")
