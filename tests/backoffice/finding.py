@@ -181,6 +181,7 @@ def shop() -> dict[str, Any]:
                 "payment_id": 1,
                 "source": "purchase",
                 "created_at": "2024-05-01T10:01:00Z",
+                "updated_at": "2024-05-01T10:01:00Z",
             },
             {
                 "id": 2,
