@@ -127,7 +127,7 @@ def time_range(since: str | None, until: str | None) -> tuple[datetime | None, d
     lower = parse_time(since, now, "--since") if since is not None else None
     upper = parse_time(until, now, "--until") if until is not None else None
     if lower is not None and upper is not None and lower >= upper:
-        raise Refused(f"--since {since} is not before --until {until}: no row can match")
+        raise Refused(f"--since: {since!r} is not before --until {until!r}: nothing can match")
     return lower, upper
 
 
