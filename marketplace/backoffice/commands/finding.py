@@ -77,7 +77,7 @@ def read(reading: Callable[[AsyncConnection], Awaitable[T]]) -> T:
 def print_rows(rows: Sequence[Mapping[str, Any]], *, as_json: bool) -> None:
     if as_json:
         for row in rows:
-            click.echo(json.dumps(row, ensure_ascii=False))
+            click.echo(json.dumps(row))
         return
     for line in table(rows):
         click.echo(line)
@@ -85,7 +85,7 @@ def print_rows(rows: Sequence[Mapping[str, Any]], *, as_json: bool) -> None:
 
 def print_found(found: Found, *, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(found.as_json(), ensure_ascii=False))
+        click.echo(json.dumps(found.as_json()))
         return
     names = list(found.fields)
     width = max(map(len, names))
