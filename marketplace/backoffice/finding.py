@@ -771,6 +771,25 @@ async def list_accesses(connection: AsyncConnection, filters: AccessFilters) -> 
     return await _access_rows(connection, *conditions, limit=filters.limit)
 
 
+async def show_access(connection: AsyncConnection, reference: str) -> Found:
+    """The access, its member, resource and payment, and its activity-log entries."""
+    access_id = parse_id(reference)
+    rows = [] if access_id is None else await _access_rows(connection, Access.id == access_id)
+    if not rows:
+        raise NotFound(f"no access {reference!r}")
+    entries = await _entries(connection, Activity.access_id == access_id)
+    return Found(
+        rows[0],
+        (
+            Section(
+                "activity",
+                [entry.as_json() for entry in entries],
+                lines=[entry.as_line() for entry in entries],
+            ),
+        ),
+    )
+
+
 async def _access_rows(
     connection: AsyncConnection, *conditions: ColumnElement[bool], limit: int | None = None
 ) -> list[Row]:

@@ -67,3 +67,29 @@ async def test_accesses_list_limit_keeps_the_newest(back_office: BackOffice) -> 
 async def test_accesses_list_follows_a_revoke(back_office: BackOffice) -> None:
     await back_office.ok("accesses", "revoke", "2", "1")
     assert await ids(back_office, "--revoked", "--resource", "1") == [1]
+
+
+async def test_accesses_show_the_access_and_its_log_entries(back_office: BackOffice) -> None:
+    await back_office.ok("accesses", "revoke", "2", "1", "--by", "alice")
+    found = (await back_office.ok("accesses", "show", "1", "--json")).objects[0]
+    assert {
+        key: found[key] for key in ("id", "user_name", "resource_id", "source", "revoked", "payment_uid")
+    } == {
+        "id": 1,
+        "user_name": "alicia",
+        "resource_id": 1,
+        "source": "purchase",
+        "revoked": True,
+        "payment_uid": P1,
+    }
+    [entry] = found["activity"]
+    assert (entry["action"], entry["by"], entry["access_id"]) == ("access.revoked", "alice", 1)
+    text = await back_office.ok("accesses", "show", "1")
+    assert text.lines[0] == "id             1"
+    assert text.lines[-2] == "activity (1)"
+
+
+@pytest.mark.parametrize("access", ["99", "x"])
+async def test_accesses_show_of_an_unknown_access_is_refused(back_office: BackOffice, access: str) -> None:
+    assert await back_office.refused("accesses", "show", access) == f"marketplace: no access {access!r}"
+    assert (await back_office("accesses", "show", access)).exit_code == 1

@@ -6,7 +6,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from marketplace.backoffice.commands.finding import filters, list_options, print_rows, read
+from marketplace.backoffice.commands.finding import (
+    filters,
+    list_options,
+    print_found,
+    print_rows,
+    read,
+    show_options,
+)
 from marketplace.backoffice.commands.support import one_change, operator_options, perform_and_report
 
 if TYPE_CHECKING:
@@ -15,7 +22,7 @@ if TYPE_CHECKING:
     from marketplace.backoffice.actions import Change
 
 
-@click.group(help="Members' accesses to resources: find them; grant and revoke by hand.")
+@click.group(help="Members' accesses to resources: find and show; grant and revoke by hand.")
 def accesses() -> None:
     pass
 
@@ -42,6 +49,15 @@ def list_accesses(
         )
     )
     print_rows(read(lambda connection: finding.list_accesses(connection, wanted)), as_json=as_json)
+
+
+@accesses.command("show", help="Show the access ID: its member, resource, payment and activity-log entries.")
+@click.argument("access")
+@show_options
+def show_access(access: str, as_json: bool) -> None:
+    from marketplace.backoffice import finding
+
+    print_found(read(lambda connection: finding.show_access(connection, access)), as_json=as_json)
 
 
 @accesses.command(help="Give USER an active manual access to RESOURCE (ids), created or reactivated.")
