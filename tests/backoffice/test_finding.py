@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from sqlalchemy import func, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.backoffice.commands.finding import table
+from marketplace.backoffice.finding import snapshot
+from marketplace.models import User
 from tests.backoffice.conftest import BackOffice
 from tests.backoffice.finding import NAME_WITH_A_NEWLINE, P3, RESOURCE_WITH_A_NEWLINE, columns, shop
 from tests.conftest import Loader
@@ -130,11 +134,25 @@ async def test_finding_writes_nothing(back_office: BackOffice) -> None:
         ("users", "show", "2"),
         ("resources", "show", "1"),
         ("gifts", "show", "OLD"),
+        ("accesses", "show", "1"),
         ("payments", "show", "nothing"),
     ]:
         await back_office(*args)
         await back_office(*args, "--json")
     assert await back_office.snapshot() == before
+
+
+async def test_a_show_reads_one_snapshot_that_a_concurrent_commit_does_not_change(
+    engine: AsyncEngine,
+) -> None:
+    count = select(func.count()).select_from(User)
+    async with snapshot(engine) as connection:
+        before = await connection.scalar(count)
+        async with engine.begin() as writer:
+            await writer.execute(insert(User).values(id=100, name="Newcomer"))
+        assert await connection.scalar(count) == before
+    async with engine.connect() as connection:
+        assert await connection.scalar(count) == before + 1
 
 
 @sqlite_only
