@@ -88,22 +88,34 @@ async def finished_or_waiting(task: asyncio.Task[Any], database_url: str) -> Non
     SQLite cannot tell who waits for its lock: a moment is given to the task instead (what the
     test then checks holds whichever happened).
     """
+    await each_finished_or_waiting([task], database_url, sqlite_moment=0.5)
+
+
+async def each_finished_or_waiting(
+    tasks: list[asyncio.Task[Any]], database_url: str, *, sqlite_moment: float
+) -> None:
+    """Return once each of `tasks` is done or (PostgreSQL) waits for a lock: as many transactions
+    of the database wait for a lock as there are tasks still running.
+
+    SQLite cannot tell who waits for its lock: `sqlite_moment` is given to the tasks instead.
+    """
     if not database_url.startswith("postgresql"):
-        await asyncio.wait({task}, timeout=0.5)
+        await asyncio.wait(tasks, timeout=sqlite_moment)
         return
     # No named statements: the URL may go through a transaction-mode pooler.
     connection = await asyncpg.connect(database_url, statement_cache_size=0)
     try:
         for _ in range(int(WAIT_SECONDS / 0.02)):
-            if task.done():
+            running = sum(not task.done() for task in tasks)
+            if not running:
                 return
             waiting = await connection.fetchval(
                 "SELECT count(*) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND wait_event_type = 'Lock'"
             )
-            if waiting:
+            if waiting >= running:
                 return
             await asyncio.sleep(0.02)
     finally:
         await connection.close()
-    raise AssertionError("the transaction neither finished nor waited for a lock")
+    raise AssertionError("the transactions neither finished nor waited for a lock")

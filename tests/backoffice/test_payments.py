@@ -21,6 +21,7 @@ from tests.backoffice.api_reads import access_to, member_accesses, purchases
 from tests.backoffice.conftest import CHANGE_BOUND_SECONDS, BackOffice, CommandResult
 from tests.catalogue import MEMBER_CHAT_ID, PAID_UID
 from tests.conftest import Loader
+from tests.interleavings import each_finished_or_waiting
 from tests.profiles import postgresql_only
 
 VERBS = ("confirm", "fail", "refund", "dispute", "cancel")
@@ -563,8 +564,9 @@ async def marketplace_process(back_office: BackOffice, *args: str) -> CommandRes
     return CommandResult(process.returncode, stdout.decode(), stderr.decode())
 
 
-# Long enough for a command to start and read what it changes (about a second each, on two cores).
-STARTUP_SECONDS = 3.0
+# SQLite cannot tell who waits for its lock: long enough for a command to start and read what it
+# changes (about a second each, on two cores). On PostgreSQL the tests wait for the lock waits.
+SQLITE_STARTUP_SECONDS = 3.0
 
 
 async def run_together(
@@ -577,7 +579,9 @@ async def run_together(
             update(Payment).where(Payment.id == payment_id).values(amount_cents=Payment.amount_cents)
         )
         running = [asyncio.create_task(marketplace_process(back_office, *command)) for command in commands]
-        await asyncio.sleep(STARTUP_SECONDS)
+        await each_finished_or_waiting(
+            running, back_office.settings.database_url, sqlite_moment=SQLITE_STARTUP_SECONDS
+        )
         await connection.rollback()
     return await asyncio.gather(*running)
 
@@ -627,7 +631,10 @@ async def test_an_access_created_while_a_confirm_grants_it_is_a_refusal_not_an_e
         confirming = asyncio.create_task(
             marketplace_process(back_office, "payments", "confirm", uid(resource_id))
         )
-        await asyncio.sleep(STARTUP_SECONDS)
+        # The command's insert waits for this transaction's row of the unique pair.
+        await each_finished_or_waiting(
+            [confirming], back_office.settings.database_url, sqlite_moment=SQLITE_STARTUP_SECONDS
+        )
         await connection.commit()
     result = await confirming
     assert (result.exit_code, result.stdout) == (1, "")
