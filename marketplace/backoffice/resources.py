@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from marketplace.backoffice import events
 from marketplace.backoffice.actions import Change, Refused, write_as_read
 from marketplace.backoffice.values import locked_by_id, parse_id
 from marketplace.catalogue.resources import NO_RELEASE_TEXT
@@ -60,7 +61,7 @@ async def set_status(session: AsyncSession, reference: str, status: str) -> Chan
         raise Refused(f"resource {resource.id} is already {target}")
     await _write(session, resource, Resource.status == before, status=target)
     return Change(
-        event="resource.status_changed",
+        event=events.RESOURCE_STATUS_CHANGED,
         summary=f"resource {resource.id} ({resource.name}): {before} -> {target}",
         subject={"resource": resource.id},
         before={"status": before},
@@ -78,7 +79,7 @@ async def soft_delete(session: AsyncSession, reference: str) -> Change:
     now = utcnow()
     await _write(session, resource, Resource.deleted_at.is_(None), deleted_at=now)
     return Change(
-        event="resource.deleted",
+        event=events.RESOURCE_DELETED,
         summary=f"resource {resource.id} ({resource.name}): deleted",
         subject={"resource": resource.id},
         before={"deleted_at": None},
@@ -96,7 +97,7 @@ async def restore(session: AsyncSession, reference: str) -> Change:
         raise Refused(f"resource {resource.id} is not deleted")
     await _write(session, resource, Resource.deleted_at.is_not(None), deleted_at=None)
     return Change(
-        event="resource.restored",
+        event=events.RESOURCE_RESTORED,
         summary=f"resource {resource.id} ({resource.name}): restored (status {resource.status})",
         subject={"resource": resource.id},
         before={"deleted_at": deleted_at},
@@ -132,7 +133,7 @@ async def release(session: AsyncSession, reference: str, build: Release, *, prom
     else:
         summary += f", current version stays {current or 'none'}"
     return Change(
-        event="resource.version_released",
+        event=events.RESOURCE_VERSION_RELEASED,
         summary=summary,
         subject={"resource": resource.id, "version": version.id},
         before=before,
@@ -154,7 +155,7 @@ async def promote(session: AsyncSession, reference: str, version_reference: str)
     current = await _current_number(session, resource)
     await _point_to(session, resource, version.id)
     return Change(
-        event="resource.version_promoted",
+        event=events.RESOURCE_VERSION_PROMOTED,
         summary=(
             f"resource {resource.id} ({resource.name}): current version {current or 'none'}"
             f" -> {version.version} (id {version.id})"
@@ -185,7 +186,7 @@ async def set_stats_id(session: AsyncSession, reference: str, stats_id: str | No
         session, resource, Resource.stats_id.is_not_distinct_from(resource.stats_id), stats_id=target
     )
     return Change(
-        event="resource.stats_id_changed",
+        event=events.RESOURCE_STATS_ID_CHANGED,
         summary=f"resource {resource.id} ({resource.name}): stats id {before or 'none'} -> {target or 'none'}",
         subject={"resource": resource.id},
         before={"stats_id": before},
