@@ -263,7 +263,7 @@ async def test_the_activity_entry_holds_the_operator_the_command_and_the_change(
         "ops",
         "marketplace payments confirm",
     )
-    assert properties == {key: change[key] for key in ("subject", "before", "after", "effects")}
+    assert properties == {key: change[key] for key in ("subject", "before", "after", "effects", "summary")}
 
 
 @pytest.mark.parametrize("status", ["pending", "unpaid"])
