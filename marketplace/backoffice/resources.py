@@ -129,9 +129,13 @@ async def release(session: AsyncSession, reference: str, build: Release, *, prom
     if promote:
         await _point_to(session, resource, version.id)
         after = {"current_version": version.version}
-        summary += f", current version {current or 'none'} -> {version.version}"
+        summary += (
+            f", current version {current} -> {version.version}"
+            if current
+            else ", now the current version (there was none)"
+        )
     else:
-        summary += f", current version stays {current or 'none'}"
+        summary += f", current version stays {current}" if current else ", not made current (there is none)"
     return Change(
         event=events.RESOURCE_VERSION_RELEASED,
         summary=summary,
@@ -157,8 +161,11 @@ async def promote(session: AsyncSession, reference: str, version_reference: str)
     return Change(
         event=events.RESOURCE_VERSION_PROMOTED,
         summary=(
-            f"resource {resource.id} ({resource.name}): current version {current or 'none'}"
+            f"resource {resource.id} ({resource.name}): current version {current}"
             f" -> {version.version} (id {version.id})"
+            if current
+            else f"resource {resource.id} ({resource.name}): version {version.version} (id {version.id})"
+            " made current (there was none)"
         ),
         subject={"resource": resource.id, "version": version.id},
         before={"current_version": current},
@@ -187,13 +194,21 @@ async def set_stats_id(session: AsyncSession, reference: str, stats_id: str | No
     )
     return Change(
         event=events.RESOURCE_STATS_ID_CHANGED,
-        summary=f"resource {resource.id} ({resource.name}): stats id {before or 'none'} -> {target or 'none'}",
+        summary=f"resource {resource.id} ({resource.name}): {_stats_id_change(before, target)}",
         subject={"resource": resource.id},
         before={"stats_id": before},
         after={"stats_id": target},
         user_id=resource.user_id,
         resource_id=resource.id,
     )
+
+
+def _stats_id_change(before: str | None, target: str | None) -> str:
+    if before is None:
+        return f"stats id set to {target}"
+    if target is None:
+        return f"stats id {before} cleared"
+    return f"stats id {before} -> {target}"
 
 
 async def locked_resource(session: AsyncSession, reference: str) -> Resource:
