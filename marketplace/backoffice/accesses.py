@@ -17,13 +17,12 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from marketplace.backoffice import events
 from marketplace.backoffice.actions import Change, Refused, write_as_read
 from marketplace.backoffice.resources import locked_resource
 from marketplace.backoffice.users import described, locked_user
-from marketplace.catalogue.access_grants import GRANTED_EVENT, activate_manual_access
+from marketplace.catalogue.access_grants import activate_manual_access, granted_summary
 from marketplace.models import Access, AccessSource, Resource, User, utcnow
-
-REVOKED_EVENT = "access.revoked"
 
 
 async def grant(session: AsyncSession, user_reference: str, resource_reference: str) -> Change:
@@ -48,8 +47,8 @@ async def grant(session: AsyncSession, user_reference: str, resource_reference: 
     after = {"source": AccessSource.MANUAL.value, "payment_id": None, "revoked": False}
     verb = "granted" if access is None else "reactivated"
     return Change(
-        event=GRANTED_EVENT,
-        summary=f"access {access_id}: resource {resource.id} ({resource.name}) {verb} to {described(user)}",
+        event=events.ACCESS_GRANTED,
+        summary=granted_summary(access_id, user.id, user.name, resource.id, resource.name, verb),
         subject={"access": access_id, "user": user.id, "resource": resource.id},
         before=before,
         after=after,
@@ -75,7 +74,7 @@ async def revoke(session: AsyncSession, user_reference: str, resource_reference:
         f"access {access.id}",
     )
     return Change(
-        event=REVOKED_EVENT,
+        event=events.ACCESS_REVOKED,
         summary=f"access {access.id}: resource {resource.id} ({resource.name}) revoked from {described(user)}",
         subject={"access": access.id, "user": user.id, "resource": resource.id},
         before=before,

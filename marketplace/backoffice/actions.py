@@ -34,6 +34,9 @@ class Change:
     """One change an action made, as the activity log and the operator's report tell it."""
 
     event: str
+    # One sentence that reads on its own: what changed, named (a payment's ULID, a gift's code, a
+    # user's or a resource's id and name, a version's number and id), and how, in words where a
+    # state has no before or no after. Printed by the command and by `marketplace activity`.
     summary: str
     subject: Mapping[str, Any]
     before: Mapping[str, Any] | None
@@ -96,6 +99,8 @@ async def _perform_once(engine: AsyncEngine, action: Action, *, by: str, via: st
                         "before": plain(change.before),
                         "after": plain(change.after),
                         "effects": [plain(effect) for effect in change.effects],
+                        # The line the command printed, so that the log reads as it did.
+                        "summary": change.summary,
                     },
                     created_at=now,
                 )

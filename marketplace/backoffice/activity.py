@@ -5,6 +5,11 @@ asked otherwise, and each read is answered from one index (event, user, resource
 that gives its entries in that order, so that it stops after the entries it prints even on a
 large log.
 
+A line reads on its own: it ends with the sentence the change was reported with, which names what
+changed (`actions.Change.summary`, kept with the entry); an entry written before the log kept
+them is told from its fields, in words where a state has no before or no after. `--action` takes
+the events of `marketplace/backoffice/events.py` and their families, and no other.
+
 A filter on an event prefix (`payment.*`) first lists the events the log holds, one index probe
 each, and then reads those events exactly: a `LIKE` on the event could use no index under
 PostgreSQL's default collation.
@@ -24,14 +29,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import InstrumentedAttribute
 
 from marketplace.backoffice.actions import Refused, timestamp
+from marketplace.backoffice.events import EVENTS
 from marketplace.backoffice.values import parse_duration, parse_id
 from marketplace.backoffice.values import parse_time as iso_time
 from marketplace.models import Activity, utcnow
 
 DEFAULT_LIMIT = 50
-# Events are dotted words (`payment.refunded`, `chat_account.linked`), at most the column's 64 characters.
-_EVENT = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
-_EVENT_LENGTH = 64
 _LIMIT = re.compile(r"0*[1-9][0-9]{0,8}")
 # The properties the back office writes; an API entry may carry others, shown beside them.
 _CHANGE_PROPERTIES = ("subject", "before", "after", "effects")
@@ -122,40 +125,54 @@ class Entry:
         return {**columns, **others}
 
     def as_line(self) -> str:
-        """The entry on one line: when, what, who, on whom and what, and what changed."""
+        """The entry on one line that reads on its own: when, which entry, what, who, and the
+        sentence the change was reported with (it names what changed)."""
         who = f"by {self.actor}" if self.actor is not None else f"via {self.via or '?'}"
-        parts = [timestamp(self.at), f"#{self.id}", self.event, who]
-        for name, value in (
-            ("user", self.user_id),
-            ("resource", self.resource_id),
-            ("access", self.access_id),
-        ):
-            if value is not None:
-                parts.append(f"{name} {value}")
-        parts.append(self._compact_change())
-        return "  ".join(part for part in parts if part)
+        return "  ".join((timestamp(self.at), f"#{self.id}", self.event, who, self._sentence()))
 
-    def _compact_change(self) -> str:
+    def _sentence(self) -> str:
+        summary = self.properties.get("summary")
+        if isinstance(summary, str) and summary:
+            return summary
+        return self._described()
+
+    def _described(self) -> str:
+        """An entry written without its sentence (before the log kept them): what it names, what
+        happened in words, and the fields that changed."""
         properties = self.properties
-        before, after = properties.get("before"), properties.get("after")
+        subject = properties.get("subject")
+        named = subject if isinstance(subject, Mapping) and subject else self._columns()
+        what = ", ".join(f"{key} {_value(value)}" for key, value in named.items()) or "entry"
+        happened = self.event.rpartition(".")[2].replace("_", " ")
+        before, after = _mapping(properties.get("before")), _mapping(properties.get("after"))
+        text = f"{what}: {happened}"
         if before is None and after is None:
             # An API entry: no before and after, only what it noted (the access's source).
             noted = {
-                key: value for key, value in properties.items() if key not in ("via", *_CHANGE_PROPERTIES)
+                key: value
+                for key, value in properties.items()
+                if key not in ("via", "summary", *_CHANGE_PROPERTIES)
             }
-            return _fields(noted)
-        old, new = dict(before or {}), dict(after or {})
-        # Only the fields that changed; all of them when the row was created or removed.
-        changed = [key for key in {**old, **new} if key not in old or key not in new or old[key] != new[key]]
-        text = (
-            f"{_fields({key: old[key] for key in changed if key in old}) if before is not None else '(none)'}"
-            f" -> {_fields({key: new[key] for key in changed if key in new}) if after is not None else '(none)'}"
-        )
-        for effect in properties.get("effects") or []:
-            text += "; " + _fields(
-                {key: value for key, value in effect.items() if key not in ("before", "after")}
+            if noted:
+                text += f" ({_fields(noted)})"
+        elif before is None and after is not None:
+            text += f", {_fields(after)}"
+        elif before is not None and after is None:
+            text += f", was {_fields(before)}"
+        elif before is not None and after is not None:
+            changed = [key for key in {**before, **after} if before.get(key) != after.get(key)]
+            text += "".join(
+                f", {key} {_value(before.get(key))} -> {_value(after.get(key))}" for key in changed
             )
+        for effect in properties.get("effects") or []:
+            kind = next((key for key in ("access", "version") if key in effect), None)
+            if kind is not None:
+                text += f"; {kind} {_value(effect[kind])} {effect.get('change', 'changed')}"
         return text
+
+    def _columns(self) -> dict[str, Any]:
+        columns = {"user": self.user_id, "resource": self.resource_id, "access": self.access_id}
+        return {key: value for key, value in columns.items() if value is not None}
 
 
 async def read_activity(engine: AsyncEngine, query: ActivityQuery) -> AsyncIterator[Entry]:
@@ -183,18 +200,25 @@ async def read_activity(engine: AsyncEngine, query: ActivityQuery) -> AsyncItera
             )
 
 
+class UnknownEvent(Refused):
+    """`--action` names no event the log holds: a mistyped option, not an empty answer."""
+
+
 def parse_action(text: str) -> tuple[str | None, str | None]:
-    """`--action`: an exact event (`payment.refunded`) or a prefix ending with `.` or `.*`
-    (`payment.*`); (event, None) or (None, prefix)."""
+    """`--action`: a known event (`payment.refunded`) or a family of them, a prefix ending with
+    `.` or `.*` (`payment.*`); (event, None) or (None, prefix)."""
     value = text.strip()
     stem = value[:-2] if value.endswith(".*") else value[:-1] if value.endswith(".") else None
-    name = stem if stem is not None else value
-    if not _EVENT.fullmatch(name) or len(name) >= _EVENT_LENGTH:
-        raise Refused(
-            f"--action: invalid event {text!r}: an event such as payment.refunded,"
-            " or a prefix ending with . or .* such as payment.*"
-        )
-    return (None, stem + ".") if stem is not None else (name, None)
+    if stem is not None:
+        prefix = stem + "."
+        if any(event.startswith(prefix) for event in EVENTS):
+            return None, prefix
+    elif value in EVENTS:
+        return value, None
+    families = dict.fromkeys(event.partition(".")[0] + ".*" for event in EVENTS)
+    raise UnknownEvent(
+        f"unknown event {text!r}: one of {', '.join(EVENTS)}, or a family ({', '.join(families)})"
+    )
 
 
 def parse_time(text: str, now: datetime, option: str) -> datetime:
@@ -294,6 +318,10 @@ def _logged_events() -> Select[Any]:
 
 
 _LOGGED_EVENTS = _logged_events()
+
+
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
 
 
 def _fields(values: Mapping[str, Any]) -> str:

@@ -20,6 +20,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from marketplace.backoffice import events
 from marketplace.backoffice.actions import Change, Refused, timestamp, write_as_read
 from marketplace.backoffice.resources import locked_resource
 from marketplace.backoffice.values import MAX_WHOLE_NUMBER, parse_id, parse_time, whole_number
@@ -67,8 +68,11 @@ async def create_gift(session: AsyncSession, new: NewGift) -> Change:
         raise Refused(
             f"invalid quota {new.quota!r}: a whole number from 1 to {MAX_WHOLE_NUMBER} (omit it for no quota)"
         )
-    seller_id = await _seller_id(session, new.seller) if new.seller is not None else None
+    seller = await _seller(session, new.seller) if new.seller is not None else None
+    seller_id = seller.id if seller is not None else None
     resource_id = None
+    # What the code applies to, as the log names it.
+    scope = f"every resource of user {seller.id} ({seller.name})" if seller is not None else "every resource"
     if new.resource is not None:
         resource = await locked_resource(session, new.resource)
         if seller_id is not None and resource.user_id != seller_id:
@@ -76,6 +80,7 @@ async def create_gift(session: AsyncSession, new: NewGift) -> Change:
                 f"resource {resource.id} belongs to user {resource.user_id}, not to seller {seller_id}"
             )
         resource_id, seller_id = resource.id, resource.user_id
+        scope = f"resource {resource.id} ({resource.name})"
     code_key = gift_code_key(code)
     clash = await session.scalar(select(Gift.code).where(Gift.code_key == code_key).limit(1))
     if clash is not None:
@@ -97,8 +102,8 @@ async def create_gift(session: AsyncSession, new: NewGift) -> Change:
     except IntegrityError:
         raise Refused(f"gift code {code!r} was taken meanwhile (codes ignore case)") from None
     return Change(
-        event="gift.created",
-        summary=f"gift {code} (id {gift.id}): {percentage}% off {_scope(seller_id, resource_id)}"
+        event=events.GIFT_CREATED,
+        summary=f"gift {code} (id {gift.id}): created, {percentage}% off {scope}"
         + ("" if new.enabled else ", disabled"),
         subject={"gift": code},
         before=None,
@@ -127,7 +132,7 @@ async def set_enabled(session: AsyncSession, code: str, enabled: bool) -> Change
         f"gift {gift.code}",
     )
     return Change(
-        event=f"gift.{state}",
+        event=events.GIFT_ENABLED if enabled else events.GIFT_DISABLED,
         summary=f"gift {gift.code} (id {gift.id}): {state}",
         subject={"gift": gift.code},
         before={"enabled": not enabled},
@@ -137,7 +142,7 @@ async def set_enabled(session: AsyncSession, code: str, enabled: bool) -> Change
     )
 
 
-async def _seller_id(session: AsyncSession, reference: str) -> int:
+async def _seller(session: AsyncSession, reference: str) -> User:
     user_id = parse_id(reference)
     seller = None
     if user_id is not None:
@@ -146,12 +151,4 @@ async def _seller_id(session: AsyncSession, reference: str) -> int:
         raise Refused(f"no user {reference!r}")
     if seller.deleted_at is not None:
         raise Refused(f"user {seller.id} is deleted: a deleted account issues no gift code")
-    return seller.id
-
-
-def _scope(seller_id: int | None, resource_id: int | None) -> str:
-    if resource_id is not None:
-        return f"resource {resource_id}"
-    if seller_id is not None:
-        return f"every resource of user {seller_id}"
-    return "every resource"
+    return seller

@@ -8,6 +8,8 @@ The transitions, and no other (a refused one writes nothing):
 | fail | pending | unpaid | |
 | refund | paid | refunded | the access it paid for is revoked (leaves the access lists and `purchases`) |
 | dispute | paid | disputed | revoked as well: `paid` is the only status that grants access |
+| win | disputed | paid | the access backed again, as confirm grants it: a purchase backed by this payment |
+| lose | disputed | refunded | stays revoked |
 | cancel | pending, unpaid | cancelled | |
 | prune-checkouts | pending, older than a duration | cancelled | |
 
@@ -26,6 +28,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from marketplace.backoffice import events
 from marketplace.backoffice.accesses import access_fields
 from marketplace.backoffice.actions import Change, Refused, timestamp, write_as_read
 from marketplace.catalogue.payments import is_ulid
@@ -40,24 +43,49 @@ class Transition:
     """One named payment transition: the statuses it leaves and the one it reaches."""
 
     def __init__(
-        self, verb: str, event: str, sources: tuple[PaymentStatus, ...], target: PaymentStatus
+        self,
+        verb: str,
+        event: str,
+        sources: tuple[PaymentStatus, ...],
+        target: PaymentStatus,
+        *,
+        meaning: str | None = None,
     ) -> None:
         self.verb = verb
         self.event = event
         self.sources = tuple(status.value for status in sources)
         self.target = target.value
+        # What the move means, where the two statuses do not say it ("dispute won").
+        self.meaning = meaning
 
 
 CONFIRM = Transition(
-    "confirm", "payment.confirmed", (PaymentStatus.PENDING, PaymentStatus.UNPAID), PaymentStatus.PAID
+    "confirm", events.PAYMENT_CONFIRMED, (PaymentStatus.PENDING, PaymentStatus.UNPAID), PaymentStatus.PAID
 )
-FAIL = Transition("fail", "payment.failed", (PaymentStatus.PENDING,), PaymentStatus.UNPAID)
-REFUND = Transition("refund", "payment.refunded", (PaymentStatus.PAID,), PaymentStatus.REFUNDED)
-DISPUTE = Transition("dispute", "payment.disputed", (PaymentStatus.PAID,), PaymentStatus.DISPUTED)
+FAIL = Transition("fail", events.PAYMENT_FAILED, (PaymentStatus.PENDING,), PaymentStatus.UNPAID)
+REFUND = Transition("refund", events.PAYMENT_REFUNDED, (PaymentStatus.PAID,), PaymentStatus.REFUNDED)
+DISPUTE = Transition("dispute", events.PAYMENT_DISPUTED, (PaymentStatus.PAID,), PaymentStatus.DISPUTED)
+# A dispute settles: won, the payment stands again; lost, the money went back to the buyer.
+WIN = Transition(
+    "win", events.PAYMENT_DISPUTE_WON, (PaymentStatus.DISPUTED,), PaymentStatus.PAID, meaning="dispute won"
+)
+LOSE = Transition(
+    "lose",
+    events.PAYMENT_DISPUTE_LOST,
+    (PaymentStatus.DISPUTED,),
+    PaymentStatus.REFUNDED,
+    meaning="dispute lost",
+)
 CANCEL = Transition(
-    "cancel", "payment.cancelled", (PaymentStatus.PENDING, PaymentStatus.UNPAID), PaymentStatus.CANCELLED
+    "cancel", events.PAYMENT_CANCELLED, (PaymentStatus.PENDING, PaymentStatus.UNPAID), PaymentStatus.CANCELLED
 )
-TRANSITIONS = {transition.verb: transition for transition in (CONFIRM, FAIL, REFUND, DISPUTE, CANCEL)}
+TRANSITIONS = {
+    transition.verb: transition for transition in (CONFIRM, FAIL, REFUND, DISPUTE, WIN, LOSE, CANCEL)
+}
+# The transitions that make a payment `paid`, the only status that grants access, and those that
+# leave `paid` or settle a dispute without it.
+_GRANTING = (CONFIRM, WIN)
+_REVOKING = (REFUND, DISPUTE, LOSE)
 
 
 async def change_payment(session: AsyncSession, uid: str, transition: Transition) -> list[Change]:
@@ -78,13 +106,15 @@ async def change_payment(session: AsyncSession, uid: str, transition: Transition
     )
     effects: list[Mapping[str, Any]] = []
     access_id: int | None = None
-    if transition is CONFIRM:
+    if transition in _GRANTING:
         access_id, effect = await _grant_purchase(session, payment)
         effects += [effect] if effect else []
-    elif transition in (REFUND, DISPUTE):
+    elif transition in _REVOKING:
         access_id, effect = await _revoke_purchase(session, payment)
         effects += [effect] if effect else []
     summary = f"payment {payment.uid}: {before} -> {transition.target}"
+    if transition.meaning is not None:
+        summary += f" ({transition.meaning})"
     for effect in effects:
         summary += f"; access {effect['access']} {effect['change']}"
     return [
@@ -125,7 +155,7 @@ async def prune_checkouts(session: AsyncSession, older_than: timedelta) -> list[
             continue
         changes.append(
             Change(
-                event="payment.cancelled",
+                event=CANCEL.event,
                 summary=f"payment {payment.uid}: pending -> cancelled (checkout of {timestamp(payment.created_at)})",
                 subject={"payment": payment.uid},
                 before={"status": PENDING},

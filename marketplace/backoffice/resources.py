@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from marketplace.backoffice import events
 from marketplace.backoffice.actions import Change, Refused, write_as_read
 from marketplace.backoffice.values import locked_by_id, parse_id
 from marketplace.catalogue.resources import NO_RELEASE_TEXT
@@ -60,7 +61,7 @@ async def set_status(session: AsyncSession, reference: str, status: str) -> Chan
         raise Refused(f"resource {resource.id} is already {target}")
     await _write(session, resource, Resource.status == before, status=target)
     return Change(
-        event="resource.status_changed",
+        event=events.RESOURCE_STATUS_CHANGED,
         summary=f"resource {resource.id} ({resource.name}): {before} -> {target}",
         subject={"resource": resource.id},
         before={"status": before},
@@ -78,7 +79,7 @@ async def soft_delete(session: AsyncSession, reference: str) -> Change:
     now = utcnow()
     await _write(session, resource, Resource.deleted_at.is_(None), deleted_at=now)
     return Change(
-        event="resource.deleted",
+        event=events.RESOURCE_DELETED,
         summary=f"resource {resource.id} ({resource.name}): deleted",
         subject={"resource": resource.id},
         before={"deleted_at": None},
@@ -96,7 +97,7 @@ async def restore(session: AsyncSession, reference: str) -> Change:
         raise Refused(f"resource {resource.id} is not deleted")
     await _write(session, resource, Resource.deleted_at.is_not(None), deleted_at=None)
     return Change(
-        event="resource.restored",
+        event=events.RESOURCE_RESTORED,
         summary=f"resource {resource.id} ({resource.name}): restored (status {resource.status})",
         subject={"resource": resource.id},
         before={"deleted_at": deleted_at},
@@ -128,11 +129,15 @@ async def release(session: AsyncSession, reference: str, build: Release, *, prom
     if promote:
         await _point_to(session, resource, version.id)
         after = {"current_version": version.version}
-        summary += f", current version {current or 'none'} -> {version.version}"
+        summary += (
+            f", current version {current} -> {version.version}"
+            if current
+            else ", now the current version (there was none)"
+        )
     else:
-        summary += f", current version stays {current or 'none'}"
+        summary += f", current version stays {current}" if current else ", not made current (there is none)"
     return Change(
-        event="resource.version_released",
+        event=events.RESOURCE_VERSION_RELEASED,
         summary=summary,
         subject={"resource": resource.id, "version": version.id},
         before=before,
@@ -154,10 +159,13 @@ async def promote(session: AsyncSession, reference: str, version_reference: str)
     current = await _current_number(session, resource)
     await _point_to(session, resource, version.id)
     return Change(
-        event="resource.version_promoted",
+        event=events.RESOURCE_VERSION_PROMOTED,
         summary=(
-            f"resource {resource.id} ({resource.name}): current version {current or 'none'}"
+            f"resource {resource.id} ({resource.name}): current version {current}"
             f" -> {version.version} (id {version.id})"
+            if current
+            else f"resource {resource.id} ({resource.name}): version {version.version} (id {version.id})"
+            " made current (there was none)"
         ),
         subject={"resource": resource.id, "version": version.id},
         before={"current_version": current},
@@ -185,14 +193,22 @@ async def set_stats_id(session: AsyncSession, reference: str, stats_id: str | No
         session, resource, Resource.stats_id.is_not_distinct_from(resource.stats_id), stats_id=target
     )
     return Change(
-        event="resource.stats_id_changed",
-        summary=f"resource {resource.id} ({resource.name}): stats id {before or 'none'} -> {target or 'none'}",
+        event=events.RESOURCE_STATS_ID_CHANGED,
+        summary=f"resource {resource.id} ({resource.name}): {_stats_id_change(before, target)}",
         subject={"resource": resource.id},
         before={"stats_id": before},
         after={"stats_id": target},
         user_id=resource.user_id,
         resource_id=resource.id,
     )
+
+
+def _stats_id_change(before: str | None, target: str | None) -> str:
+    if before is None:
+        return f"stats id set to {target}"
+    if target is None:
+        return f"stats id {before} cleared"
+    return f"stats id {before} -> {target}"
 
 
 async def locked_resource(session: AsyncSession, reference: str) -> Resource:

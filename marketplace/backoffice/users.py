@@ -22,6 +22,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
+from marketplace.backoffice import events
 from marketplace.backoffice.actions import Change, Refused, write_as_read
 from marketplace.backoffice.values import locked_by_id
 from marketplace.catalogue.members import CHAT_ID_LENGTH
@@ -45,11 +46,11 @@ class AccountState:
     left: str
 
 
-BANNED = AccountState(User.banned, "banned", "ban", "unban", "user.banned", "user.unbanned")
-CLOSED = AccountState(User.closed, "closed", "close", "reopen", "user.closed", "user.reopened")
+BANNED = AccountState(User.banned, "banned", "ban", "unban", events.USER_BANNED, events.USER_UNBANNED)
+CLOSED = AccountState(User.closed, "closed", "close", "reopen", events.USER_CLOSED, events.USER_REOPENED)
 # Soft deletion is a time (when), not a flag; none means not deleted.
 DELETED = AccountState(
-    User.deleted_at, "soft-deleted", "soft-delete", "restore", "user.deleted", "user.restored"
+    User.deleted_at, "soft-deleted", "soft-delete", "restore", events.USER_DELETED, events.USER_RESTORED
 )
 # Each verb: the state it changes, and whether it enters (True) or leaves it.
 ACCOUNT_VERBS = {
@@ -128,7 +129,7 @@ async def link_chat(session: AsyncSession, reference: str, chat_id: str) -> Chan
     if created.scalar_one_or_none() is None:
         raise Refused(f"chat account {chat_id} was linked meanwhile; run the command again")
     return Change(
-        event="chat_account.linked",
+        event=events.CHAT_ACCOUNT_LINKED,
         summary=f"{described(user)}: chat account {chat_id} linked",
         subject={"user": user.id},
         before={"chat": None},
@@ -152,7 +153,7 @@ async def unlink_chat(session: AsyncSession, reference: str) -> list[Change]:
         )
         changes.append(
             Change(
-                event="chat_account.unlinked",
+                event=events.CHAT_ACCOUNT_UNLINKED,
                 summary=f"{described(user)}: chat account {account.chat_id} unlinked",
                 subject={"user": user.id},
                 before={"chat": account.chat_id},

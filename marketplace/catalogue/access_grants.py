@@ -35,6 +35,15 @@ async def grant_access(
     if access_id is None:
         await session.rollback()
         return GrantOutcome.ALREADY_OWNED
+    names = (
+        await session.execute(
+            select(
+                select(User.name).where(User.id == user_id).scalar_subquery(),
+                select(Resource.name).where(Resource.id == resource_id).scalar_subquery(),
+            )
+        )
+    ).one()
+    summary = granted_summary(access_id, user_id, names[0], resource_id, names[1], "granted")
     session.add(
         Activity(
             event=GRANTED_EVENT,
@@ -43,7 +52,7 @@ async def grant_access(
             access_id=access_id,
             via=via,
             ip_hash=ip_hash,
-            properties={"via": via, "source": AccessSource.MANUAL.value},
+            properties={"via": via, "source": AccessSource.MANUAL.value, "summary": summary},
             created_at=now,
         )
     )
@@ -89,3 +98,12 @@ async def activate_manual_access(session: AsyncSession, *, user_id: int, resourc
         )
         access_id = reactivated.scalar_one_or_none()
     return access_id
+
+
+def granted_summary(
+    access_id: int, user_id: int, user_name: str, resource_id: int, resource_name: str, verb: str
+) -> str:
+    """The activity log's sentence for a grant, the API's and the back office's alike."""
+    return (
+        f"access {access_id}: resource {resource_id} ({resource_name}) {verb} to user {user_id} ({user_name})"
+    )

@@ -87,7 +87,7 @@ async def test_create_stores_times_as_utc_with_quota_and_the_resource_author_as_
         "seller_id": 2,
         "resource_id": 7,
     }
-    assert change["summary"] == "gift CHAT5 (id 6): 5% off resource 7"
+    assert change["summary"] == "gift CHAT5 (id 6): created, 5% off resource 7 (Free Chat)"
     assert await check(api, "CHAT5") == {"code": "CHAT5", "percentage": 5, "active": True}
     assert await logged_row(engine, change["activity_id"]) == ("gift.created", 7, 2, change["by"])
 
@@ -96,7 +96,7 @@ async def test_create_for_a_seller_applies_to_every_resource_of_that_seller(
     back_office: BackOffice, api: httpx.AsyncClient
 ) -> None:
     result = await back_office.ok("gifts", "create", "BOB15", "--percentage", "15", "--seller", "2")
-    assert result.lines == ["gift BOB15 (id 6): 15% off every resource of user 2"]
+    assert result.lines == ["gift BOB15 (id 6): created, 15% off every resource of user 2 (bob)"]
     assert await check(api, "BOB15") == {"code": "BOB15", "percentage": 15, "active": True}
 
 

@@ -24,7 +24,7 @@ from tests.conftest import Loader
 from tests.interleavings import each_finished_or_waiting
 from tests.profiles import postgresql_only
 
-VERBS = ("confirm", "fail", "refund", "dispute", "cancel")
+VERBS = ("confirm", "fail", "refund", "dispute", "win", "lose", "cancel")
 STATUSES = ("pending", "paid", "unpaid", "refunded", "disputed", "cancelled")
 
 # The transition table of the back office (marketplace/backoffice/payments.py), written out again.
@@ -34,6 +34,8 @@ ALLOWED = {
     ("fail", "pending"): "unpaid",
     ("refund", "paid"): "refunded",
     ("dispute", "paid"): "disputed",
+    ("win", "disputed"): "paid",
+    ("lose", "disputed"): "refunded",
     ("cancel", "pending"): "cancelled",
     ("cancel", "unpaid"): "cancelled",
 }
@@ -43,6 +45,8 @@ APPLIES_TO = {
     "fail": "pending",
     "refund": "paid",
     "dispute": "paid",
+    "win": "disputed",
+    "lose": "disputed",
     "cancel": "pending or unpaid",
 }
 EVENTS = {
@@ -50,6 +54,8 @@ EVENTS = {
     "fail": "payment.failed",
     "refund": "payment.refunded",
     "dispute": "payment.disputed",
+    "win": "payment.dispute_won",
+    "lose": "payment.dispute_lost",
     "cancel": "payment.cancelled",
 }
 
@@ -65,6 +71,7 @@ def uid(number: int) -> str:
 PAYMENT_IN = {status: 20 + index for index, status in enumerate(STATUSES)}
 # The buyer's access paid by the `paid` payment (refunded and disputed ones revoked theirs).
 PAID_ACCESS_ID = 20
+DISPUTED_ACCESS_ID = 22
 INVOICE_ID = 26
 # The buyer's access to resource 26 was revoked with a refund; payment 28 buys it again.
 REFUNDED_EARLIER_ID, REPURCHASE_ID, REVOKED_ACCESS_ID, REPURCHASED_RESOURCE_ID = 27, 28, 23, 26
@@ -115,7 +122,7 @@ def payments_document() -> dict[str, Any]:
         "accesses": [
             purchase(PAID_ACCESS_ID, paid_by["paid"], paid_by["paid"], revoked=False),
             purchase(21, paid_by["refunded"], paid_by["refunded"], revoked=True),
-            purchase(22, paid_by["disputed"], paid_by["disputed"], revoked=True),
+            purchase(DISPUTED_ACCESS_ID, paid_by["disputed"], paid_by["disputed"], revoked=True),
             purchase(REVOKED_ACCESS_ID, REPURCHASED_RESOURCE_ID, REFUNDED_EARLIER_ID, revoked=True),
             {
                 "id": MANUAL_ACCESS_ID,
@@ -200,7 +207,8 @@ async def test_an_allowed_transition_is_reported_and_shows_its_new_status_in_the
 
     result = await back_office.ok("payments", verb, uid(payment_id), *options)
 
-    # The access the transition grants (confirm) or revokes (refund, dispute), as reported.
+    # The access the transition grants (confirm, win) or revokes (refund, dispute), as reported;
+    # a lost dispute leaves the access the dispute revoked as it is.
     access_change: dict[str, Any] | None = None
     if verb == "confirm":
         granted = await access_to(payments_api, payment_id, BUYER_CHAT_ID)
@@ -215,7 +223,17 @@ async def test_an_allowed_transition_is_reported_and_shows_its_new_status_in_the
             "before": paid,
             "after": {**paid, "revoked": True},
         }
+    elif verb == "win":
+        revoked = {"source": "purchase", "payment_id": payment_id, "revoked": True}
+        access_change = {
+            "access": DISPUTED_ACCESS_ID,
+            "change": "reactivated",
+            "before": revoked,
+            "after": {**revoked, "revoked": False},
+        }
     summary = f"payment {uid(payment_id)}: {status} -> {target}"
+    if verb in ("win", "lose"):
+        summary += f" (dispute {'won' if verb == 'win' else 'lost'})"
     if access_change is not None:
         summary += f"; access {access_change['access']} {access_change['change']}"
 
@@ -246,7 +264,7 @@ async def test_the_activity_entry_holds_the_operator_the_command_and_the_change(
         "ops",
         "marketplace payments confirm",
     )
-    assert properties == {key: change[key] for key in ("subject", "before", "after", "effects")}
+    assert properties == {key: change[key] for key in ("subject", "before", "after", "effects", "summary")}
 
 
 @pytest.mark.parametrize("status", ["pending", "unpaid"])
@@ -732,3 +750,102 @@ async def test_refunding_the_payment_behind_an_access_moves_it_to_the_other_paid
     await back_office.ok("payments", "dispute", SECOND_PURCHASE_UID)
     assert await access_to(bought_twice, 1, MEMBER_CHAT_ID) is None
     assert await purchases(bought_twice, 1) == 0
+
+
+async def test_a_dispute_won_gives_the_buyer_the_access_back_as_the_purchase_it_was(
+    back_office: BackOffice, api: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    before = await access_to(api, 1, MEMBER_CHAT_ID)
+    assert before is not None and before["payment_id"] == 1
+    await back_office.ok("payments", "dispute", PAID_UID)
+    assert await access_to(api, 1, MEMBER_CHAT_ID) is None
+    assert await purchases(api, 1) == 0
+    assert await payment_status(api, PAID_UID) == "disputed"
+
+    [change] = (await back_office.ok("payments", "win", PAID_UID, "--by", "alice", "--json")).objects
+
+    assert (change["action"], change["before"], change["after"]) == (
+        "payment.dispute_won",
+        {"status": "disputed"},
+        {"status": "paid"},
+    )
+    assert change["effects"] == [
+        {
+            "access": 1,
+            "change": "reactivated",
+            "before": {"source": "purchase", "payment_id": 1, "revoked": True},
+            "after": {"source": "purchase", "payment_id": 1, "revoked": False},
+        }
+    ]
+    assert change["summary"] == f"payment {PAID_UID}: disputed -> paid (dispute won); access 1 reactivated"
+    assert await payment_status(api, PAID_UID) == "paid"
+    # The same access, a purchase again: both chat routes list it, the card counts the sale.
+    after = await access_to(api, 1, MEMBER_CHAT_ID)
+    assert after is not None
+    # Only the time of the change differs.
+    assert {**after, "updated_at": None} == {**before, "updated_at": None}
+    assert await purchases(api, 1) == 1
+    async with engine.connect() as connection:
+        source = await connection.scalar(select(Access.source).where(Access.id == 1))
+    assert source == "purchase"
+
+
+async def test_a_dispute_lost_refunds_the_payment_and_the_access_stays_revoked(
+    back_office: BackOffice, api: httpx.AsyncClient
+) -> None:
+    await back_office.ok("payments", "dispute", PAID_UID)
+
+    [change] = (await back_office.ok("payments", "lose", PAID_UID, "--by", "alice", "--json")).objects
+
+    assert (change["action"], change["before"], change["after"], change["effects"]) == (
+        "payment.dispute_lost",
+        {"status": "disputed"},
+        {"status": "refunded"},
+        [],
+    )
+    assert change["summary"] == f"payment {PAID_UID}: disputed -> refunded (dispute lost)"
+    assert await payment_status(api, PAID_UID) == "refunded"
+    assert await access_to(api, 1, MEMBER_CHAT_ID) is None
+    assert await purchases(api, 1) == 0
+    # Settled: neither outcome applies again, and a refunded payment is not disputed.
+    for verb in ("win", "lose", "dispute"):
+        line = await back_office.refused("payments", verb, PAID_UID)
+        assert line.startswith(f"marketplace: cannot {verb} payment {PAID_UID}: it is refunded"), verb
+
+
+async def test_a_dispute_won_while_another_payment_pays_for_the_access_leaves_it_with_that_payment(
+    back_office: BackOffice, payments_api: httpx.AsyncClient, load: Loader
+) -> None:
+    # The buyer paid again for the resource of the disputed payment while the dispute ran.
+    disputed_id = PAYMENT_IN["disputed"]
+    await load(
+        {
+            "payments": [
+                {
+                    "id": 40,
+                    "uid": uid(40),
+                    "status": "paid",
+                    "amount_cents": 500,
+                    "buyer_id": BUYER_ID,
+                    "resource_id": disputed_id,
+                }
+            ],
+            "accesses": [
+                {
+                    "id": DISPUTED_ACCESS_ID,
+                    "user_id": BUYER_ID,
+                    "resource_id": disputed_id,
+                    "payment_id": 40,
+                    "source": "purchase",
+                }
+            ],
+        }
+    )
+
+    [change] = (await back_office.ok("payments", "win", uid(disputed_id), "--json")).objects
+
+    assert change["effects"][0]["change"] == f"kept (paid by payment {uid(40)})"
+    access = await access_to(payments_api, disputed_id, BUYER_CHAT_ID)
+    assert access is not None
+    assert (access["id"], access["payment_id"]) == (DISPUTED_ACCESS_ID, 40)
+    assert await purchases(payments_api, disputed_id) == 1

@@ -337,7 +337,7 @@ async def test_stats_id_cleared_answers_the_chart_zero_without_calling_upstream(
     assert (await api.get("/api/v1/stats/url/1")).status_code == 404
     # An empty value clears as well.
     assert (await back_office.ok("resources", "stats-id", "2", "")).lines == [
-        "resource 2 (Unlisted Utility): stats id 1234 -> none"
+        "resource 2 (Unlisted Utility): stats id 1234 cleared"
     ]
     assert (await api.get("/api/v1/stats/2/players")).text == "0"
     assert not upstream.calls
@@ -365,3 +365,29 @@ async def test_stats_id_refuses_non_digits_too_long_the_value_it_has_and_a_missi
         "marketplace: stats-id: give a stats id or --clear, not both"
     )
     assert await back_office.refused("resources", "stats-id", "99", "5") == "marketplace: no resource '99'"
+
+
+async def test_a_change_from_or_to_no_value_is_told_in_words(
+    back_office: BackOffice, api: httpx.AsyncClient
+) -> None:
+    # Resource 7 has no version and no stats id; resource 8 neither.
+    lines = [
+        *(
+            await back_office.ok(
+                "resources", "release", "7", "--version", "1.0", "--title", "A", "--no-promote"
+            )
+        ).lines,
+        *(await back_office.ok("resources", "promote", "7", "1.0")).lines,
+        *(await back_office.ok("resources", "release", "8", "--version", "0.1", "--title", "B")).lines,
+        *(await back_office.ok("resources", "stats-id", "8", "42")).lines,
+        *(await back_office.ok("resources", "stats-id", "8", "--clear")).lines,
+    ]
+
+    assert lines == [
+        "resource 7 (Free Chat): version 1.0 released (id 13), not made current (there is none)",
+        "resource 7 (Free Chat): version 1.0 (id 13) made current (there was none)",
+        "resource 8 (Half Price): version 0.1 released (id 14), now the current version (there was none)",
+        "resource 8 (Half Price): stats id set to 42",
+        "resource 8 (Half Price): stats id 42 cleared",
+    ]
+    assert (await api.get("/api/v1/resource/version/8")).text == "0.1"

@@ -41,7 +41,7 @@ def activity(
     as_json: bool,
 ) -> None:
     from marketplace.backoffice.actions import Refused
-    from marketplace.backoffice.activity import ActivityQuery, read_activity
+    from marketplace.backoffice.activity import ActivityQuery, UnknownEvent, read_activity
 
     try:
         query = ActivityQuery.from_options(
@@ -54,6 +54,9 @@ def activity(
             limit=limit,
             oldest_first=oldest_first,
         )
+    except UnknownEvent as unknown:
+        # A mistyped event is a usage error (exit 2), not a log without such entries.
+        raise click.BadParameter(str(unknown), param_hint="'--action'") from None
     except Refused as refusal:
         fail(str(refusal))
 

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from marketplace.backoffice.actions import Change
 
 
-@click.group(help="Payments: confirm, fail, refund, dispute, cancel, prune abandoned checkouts.")
+@click.group(
+    help="Payments: confirm, fail, refund, dispute, win or lose a dispute, cancel, prune abandoned checkouts."
+)
 def payments() -> None:
     pass
 
@@ -80,6 +82,8 @@ _payment_transition("confirm", "pending or unpaid -> paid; grants the buyer's ac
 _payment_transition("fail", "pending -> unpaid (the charge failed or was refused).")
 _payment_transition("refund", "paid -> refunded; revokes the access it paid for.")
 _payment_transition("dispute", "paid -> disputed; revokes the access it paid for.")
+_payment_transition("win", "disputed -> paid (dispute won); grants the access back as a purchase.")
+_payment_transition("lose", "disputed -> refunded (dispute lost); the access stays revoked.")
 _payment_transition("cancel", "pending or unpaid -> cancelled (final).")
 
 
