@@ -135,6 +135,12 @@ READ_REPLICA_FAILURES = Counter(
     "marketplace_read_replica_failures_total",
     "Failed reads of read replicas, and replicas found failing by a check; their reads go to the primary meanwhile.",
 )
+READ_REPLICAS_FAILING = Gauge(
+    "marketplace_read_replicas_failing",
+    "Read replicas set aside as failing, until a check finds them answering again (summed over live "
+    "workers: each worker judges each replica).",
+    multiprocess_mode="livesum",
+)
 STORE_ERRORS = Counter(
     "marketplace_store_errors_total",
     "Failed calls to the shared store (Redis); limiters admit and caches miss meanwhile.",
