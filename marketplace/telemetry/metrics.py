@@ -194,7 +194,6 @@ def start_worker(
     upstreams: Sequence[str],
 ) -> None:
     """Publish this worker's build information, and a 0 for every known label combination."""
-    BUILD_INFO.clear()
     BUILD_INFO.labels(package_version(), platform.python_version(), database, "yes" if redis else "no").set(1)
     WORKERS_CONFIGURED.set(int(os.environ.get(WORKERS_VARIABLE) or 1))
     for status in REFUSED_HEAD_STATUSES:
