@@ -245,14 +245,16 @@ class WorkerProcesses(Collector):
             return [own]
         supervisor = os.getppid()
         pids = {own}
+        seen = {own}
         for path in glob.glob(os.path.join(folder, "*.db")):
             name = os.path.basename(path)[: -len(".db")]
             try:
                 pid = int(name.rsplit("_", 1)[-1])
             except ValueError:
                 continue
-            if pid in pids:
+            if pid in seen:
                 continue
+            seen.add(pid)
             parent = _parent_pid(pid)
             if parent is None:
                 multiprocess.mark_process_dead(pid, folder)  # type: ignore[no-untyped-call]
