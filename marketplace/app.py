@@ -13,7 +13,7 @@ import re
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from marketplace.api.v1 import GROUP_LIMITS, PREFIX, route_table
+from marketplace.api.v1 import ANSWER_CACHES, GROUP_LIMITS, LIMITERS, PREFIX, route_table
 from marketplace.config import Settings
 from marketplace.health import HealthCheck
 from marketplace.http.edge import HttpEdge
@@ -26,6 +26,7 @@ from marketplace.services import Services, build_services
 from marketplace.storage import PREFIX as STORAGE_PREFIX
 from marketplace.storage import StorageFiles
 from marketplace.telemetry import metrics
+from marketplace.upstream import chat_widget, stats
 
 logger = logging.getLogger("marketplace")
 
@@ -99,6 +100,13 @@ async def _metrics(scope: Scope, receive: Receive, send: Send) -> None:
 def build_app(settings: Settings | None = None, services: Services | None = None) -> ASGIApp:
     services = services or build_services(settings or Settings())
     settings = services.settings
+    metrics.start_worker(
+        database=services.engine.dialect.name,
+        redis=bool(settings.redis_url),
+        limiters=LIMITERS,
+        caches=ANSWER_CACHES,
+        upstreams=(chat_widget.UPSTREAM, stats.UPSTREAM),
+    )
     return HttpEdge(
         MarketplaceApp(services),
         trusted_proxies=settings.proxies,

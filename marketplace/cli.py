@@ -168,7 +168,7 @@ def serve(
     ssl_certfile: str | None,
     ssl_keyfile: str | None,
 ) -> None:
-    from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE
+    from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE, WORKERS_VARIABLE
 
     # The workers read their settings from the environment: what the options say goes there.
     for variable, value in (
@@ -177,6 +177,7 @@ def serve(
         ("MARKETPLACE_LOG_LEVEL", log_level.lower() if log_level else None),
         ("MARKETPLACE_SSL_CERTFILE", ssl_certfile),
         ("MARKETPLACE_SSL_KEYFILE", ssl_keyfile),
+        (WORKERS_VARIABLE, str(workers)),
     ):
         if value is not None:
             os.environ[variable] = value

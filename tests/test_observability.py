@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import platform
 import re
 from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from marketplace.api.v1 import GROUP_LIMITS, LIMITERS, ROUTES
 from marketplace.config import Settings
 from marketplace.http.observation import MAX_LOGGED_CHARS
 from marketplace.telemetry.logs import JsonFormatter, RequestIdFilter, logging_config
@@ -314,3 +319,166 @@ def test_the_logging_config_writes_json_or_text_and_silences_the_servers_own_acc
     text_config = logging_config("text", "warning")
     assert "%(request_id)s" in text_config["formatters"]["service"]["format"]
     assert text_config["loggers"]["marketplace"]["level"] == "WARNING"
+
+
+def sample_names(exposition: str) -> set[str]:
+    return {found.name for family in text_string_to_metric_families(exposition) for found in family.samples}
+
+
+def has_series(exposition: str, name: str, **labels: str) -> bool:
+    return any(
+        found.name == name and all(found.labels.get(k) == v for k, v in labels.items())
+        for family in text_string_to_metric_families(exposition)
+        for found in family.samples
+    )
+
+
+async def test_build_info_names_the_version_python_database_and_redis(
+    client: httpx.AsyncClient, settings: Settings
+) -> None:
+    text = (await client.get("/metrics")).text
+    build = {
+        "version": metadata.version("marketplace"),
+        "python": platform.python_version(),
+        "database": "postgresql" if settings.database_url.startswith("postgresql") else "sqlite",
+        "redis": "yes" if settings.redis_url else "no",
+    }
+    assert has_series(text, "marketplace_build_info", **build)
+    assert sample(text, "marketplace_build_info", **build) == 1
+
+
+async def test_every_limiter_cache_upstream_and_outcome_has_its_series_from_the_start(
+    client: httpx.AsyncClient,
+) -> None:
+    text = (await client.get("/metrics")).text
+    expected: list[tuple[str, dict[str, str]]] = [
+        *(("marketplace_rate_limit_refusals_total", {"limiter": name}) for name in LIMITERS),
+        *(
+            ("marketplace_cache_lookups_total", {"cache": cache, "outcome": outcome})
+            for cache in ("chat-server", "stats-url", "stats-chart")
+            for outcome in ("hit", "miss")
+        ),
+        *(
+            ("marketplace_upstream_calls_total", {"upstream": upstream, "outcome": outcome})
+            for upstream in ("chat", "stats")
+            for outcome in (
+                "ok",
+                "not_found",
+                "error_status",
+                "timeout",
+                "network_error",
+                "invalid_body",
+                "too_large",
+            )
+        ),
+        *(
+            ("marketplace_upstream_call_duration_seconds_count", {"upstream": name})
+            for name in ("chat", "stats")
+        ),
+        *(("marketplace_http_refused_heads_total", {"status": status}) for status in ("408", "431")),
+        *(
+            ("marketplace_http_body_budget_waits_total", {"outcome": name})
+            for name in ("granted", "timed_out")
+        ),
+        *(
+            ("marketplace_worker_cache_lookups_total", {"outcome": name})
+            for name in ("hit", "miss", "expired", "off")
+        ),
+        *(("marketplace_db_write_conflicts_total", {"outcome": name}) for name in ("retried", "gave_up")),
+    ]
+    missing = [(name, labels) for name, labels in expected if not has_series(text, name, **labels)]
+    assert missing == []
+
+
+def test_every_limiter_the_routes_use_is_declared() -> None:
+    rules = [*GROUP_LIMITS, *(rule for route in ROUTES for rule in route.limits)]
+    used = {limit.name for rule in rules for limit in rule("203.0.113.9", {"key": "K"})}
+    assert used == set(LIMITERS)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process figures come from /proc (Linux)")
+async def test_a_single_process_has_its_process_series_labelled_by_its_pid(client: httpx.AsyncClient) -> None:
+    text = (await client.get("/metrics")).text
+    for name in (
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+        "process_open_fds",
+    ):
+        pids = [
+            found.labels.get("pid")
+            for family in text_string_to_metric_families(text)
+            for found in family.samples
+            if found.name == name
+        ]
+        assert pids == [str(os.getpid())], name
+    assert sample(text, "process_resident_memory_bytes") > 0
+    assert sample(text, "marketplace_workers_configured") == 1
+
+
+ALERT_RULES = Path(__file__).parent.parent / "deploy" / "prometheus" / "alerts.yml"
+# What Prometheus itself adds to every target.
+SCRAPE_SERIES = {"up"}
+_PROMQL_WORDS = {
+    "and",
+    "or",
+    "unless",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+}
+
+
+def alert_expressions(rules: str) -> list[str]:
+    """The `expr` of every rule of a rules file (one line, or a `|` block)."""
+    expressions: list[str] = []
+    lines = rules.splitlines()
+    for number, line in enumerate(lines):
+        key, _, value = line.strip().partition(":")
+        if key != "expr":
+            continue
+        if value.strip() != "|":
+            expressions.append(value.strip())
+            continue
+        indent = len(line) - len(line.lstrip())
+        block: list[str] = []
+        for later in lines[number + 1 :]:
+            if len(later) - len(later.lstrip()) <= indent:
+                break
+            block.append(later.strip())
+        expressions.append(" ".join(block))
+    return expressions
+
+
+def series_names(expression: str) -> set[str]:
+    """The series a PromQL expression reads: names left once label matchers, ranges, strings,
+    grouping labels, functions and operators are taken out."""
+    text = re.sub(r'"[^"]*"', "", expression)
+    text = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    names = set()
+    for found in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        followed = text[found.end() :].lstrip()
+        if found.group() in _PROMQL_WORDS or followed.startswith("("):
+            continue
+        names.add(found.group())
+    return names
+
+
+async def test_every_series_the_alert_rules_read_is_exported(client: httpx.AsyncClient) -> None:
+    await client.get("/api/v1/resource/1")  # the latency histogram has buckets once a request is answered
+    exported = sample_names((await client.get("/metrics")).text)
+    read = set().union(
+        *(series_names(expression) for expression in alert_expressions(ALERT_RULES.read_text()))
+    )
+    assert {
+        "marketplace_http_requests_total",
+        "marketplace_change_feed_up",
+        "process_start_time_seconds",
+    } <= read
+    assert sorted(read - exported - SCRAPE_SERIES) == []

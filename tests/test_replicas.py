@@ -10,20 +10,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import cast
 
 import asyncpg
 import httpx
 import pytest
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.config import Settings
 from marketplace.database.engine import create_engine
-from marketplace.database.readers import PostgresReader
+from marketplace.database.readers import PostgresReader, Reader
 from marketplace.database.replicas import Replica, ReplicaReader
 from marketplace.fixtures.loader import load_document
 from marketplace.services import Services, build_services
-from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
+from marketplace.telemetry.metrics import READ_REPLICA_FAILURES, READ_REPLICAS_FAILING
 from tests.catalogue import catalogue
 from tests.conftest import make_client
 from tests.profiles import POSTGRES_ADMIN_URL, postgresql_only, unique_name
@@ -219,3 +221,14 @@ async def test_an_answer_read_from_a_replica_is_kept_as_old_as_the_replicas_proo
             assert kept.as_of == proven_at < requested_at
     finally:
         await services.close()
+
+
+def test_a_replica_set_aside_counts_in_the_failing_gauge_until_it_answers_again() -> None:
+    replica = Replica("replica-a", cast(AsyncEngine, None), cast(Reader, None))
+    before = READ_REPLICAS_FAILING._value.get()
+    replica.failed(OSError("connection refused"), read=True)
+    replica.failed(OSError("connection refused"), read=False)
+    assert READ_REPLICAS_FAILING._value.get() == before + 1
+    replica.answered()
+    replica.answered()
+    assert READ_REPLICAS_FAILING._value.get() == before

@@ -4,9 +4,14 @@ over several worker processes."""
 from __future__ import annotations
 
 import json
+import os
+import platform
+import signal
 import ssl
 import subprocess
 import time
+from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 
 import httpx
@@ -313,3 +318,114 @@ def refusal_of_serve(env: dict[str, str], workdir: Path, *serve_args: str) -> st
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     return line
+
+
+def labelled_values(exposition: str, name: str, label: str) -> dict[str, float]:
+    """The samples of one series name, by the value of one of their labels."""
+    return {
+        found.labels[label]: float(found.value)
+        for family in text_string_to_metric_families(exposition)
+        for found in family.samples
+        if found.name == name
+    }
+
+
+def parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return int(stat.read().rsplit(b")", 1)[-1].split()[1])
+
+
+def scrape_until(base_url: str, done: Callable[[str], bool], deadline_seconds: float = 30.0) -> str:
+    """A scrape (each on a fresh connection, so that any worker may answer) for which `done` holds."""
+    deadline = time.monotonic() + deadline_seconds
+    while True:
+        with httpx.Client(base_url=base_url) as fresh:
+            text = fresh.get("/metrics").text
+        if done(text) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)
+
+
+PROCESS_SERIES = (
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_virtual_memory_bytes",
+    "process_start_time_seconds",
+    "process_open_fds",
+    "process_max_fds",
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process figures come from /proc (Linux)")
+def test_each_worker_has_its_own_process_series_labelled_by_pid(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    with running_service(environment(operator_settings), tmp_path, "--workers", "2") as server:
+
+        def both_workers(text: str) -> bool:
+            return len(labelled_values(text, "process_start_time_seconds", "pid")) == 2
+
+        scrapes = [scrape_until(server.base_url, both_workers) for _ in range(6)]
+        workers = {int(pid) for pid in labelled_values(scrapes[0], "process_start_time_seconds", "pid")}
+        supervisor = server.process.pid
+        assert [parent_pid(pid) for pid in sorted(workers)] == [supervisor, supervisor]
+    for text in scrapes:  # whichever worker answered
+        for name in PROCESS_SERIES:
+            by_pid = labelled_values(text, name, "pid")
+            assert {int(pid) for pid in by_pid} == workers, name
+        assert all(rss > 0 for rss in labelled_values(text, "process_resident_memory_bytes", "pid").values())
+        assert sample(text, "marketplace_workers_configured") == 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process figures come from /proc (Linux)")
+def test_a_killed_workers_series_are_gone_from_the_next_scrape(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    with running_service(environment(operator_settings), tmp_path, "--workers", "2") as server:
+
+        def pids(text: str) -> set[str]:
+            return set(labelled_values(text, "process_start_time_seconds", "pid"))
+
+        first = pids(scrape_until(server.base_url, lambda text: len(pids(text)) == 2))
+        killed = min(first)
+        os.kill(int(killed), signal.SIGKILL)
+
+        # The supervisor starts a new worker in its place; the killed one never shows again.
+        def replaced(text: str) -> bool:
+            return len(pids(text) - first) == 1 and sample(text, "marketplace_db_pool_capacity") >= 40
+
+        text = scrape_until(server.base_url, replaced)
+        assert replaced(text)
+        assert killed not in pids(text) and len(pids(text)) == 2
+        # Its live gauges went with it: the pools of two workers, not three.
+        assert sample(text, "marketplace_db_pool_capacity") == 40
+
+
+def test_a_fresh_server_has_every_limiter_series_at_zero_and_its_build_info(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    with running_service(environment(operator_settings), tmp_path, "--workers", "2") as server:
+        text = scrape_until(
+            server.base_url, lambda text: len(labelled_values(text, "process_start_time_seconds", "pid")) == 2
+        )
+    assert labelled_values(text, "marketplace_rate_limit_refusals_total", "limiter") == {
+        "api": 0,
+        "search": 0,
+        "licence_key": 0,
+        "licence_ip": 0,
+    }
+    assert sample(text, "marketplace_db_write_conflicts_total", outcome="gave_up") == 0
+    assert 'marketplace_db_write_conflicts_total{outcome="gave_up"}' in text
+    [build] = [
+        found
+        for family in text_string_to_metric_families(text)
+        for found in family.samples
+        if found.name == "marketplace_build_info"
+    ]
+    assert build.value == 1
+    assert build.labels == {
+        "version": metadata.version("marketplace"),
+        "python": platform.python_version(),
+        "database": "sqlite",
+        "redis": "no",
+    }

@@ -57,7 +57,7 @@ from marketplace.database.changes import ChangeFeed
 from marketplace.database.freshness import read_proven_as_of
 from marketplace.database.readers import Read, Reader, Row, give_back_after_failure
 from marketplace.telemetry.logs import start_background
-from marketplace.telemetry.metrics import READ_REPLICA_FAILURES
+from marketplace.telemetry.metrics import READ_REPLICA_FAILURES, READ_REPLICAS_FAILING
 
 logger = logging.getLogger("marketplace.database.replicas")
 
@@ -116,6 +116,7 @@ class Replica:
         self._stale_pool = True
         if not self.failing:
             self.failing = True
+            READ_REPLICAS_FAILING.inc()
             logger.warning(
                 "read replica %s failed (%s): reads go to the primary until it answers", self.name, error
             )
@@ -123,6 +124,7 @@ class Replica:
     def answered(self) -> None:
         if self.failing:
             self.failing = False
+            READ_REPLICAS_FAILING.dec()
             logger.info("read replica %s answers again", self.name)
 
     async def replayed(self) -> tuple[int, int] | None:

@@ -3,7 +3,15 @@
 With several worker processes (`serve --workers N`), `serve` points `PROMETHEUS_MULTIPROC_DIR` at
 a fresh folder before any worker starts: every worker then writes its values there, and whichever
 worker answers a scrape sums them all. Without it (one process, tests) the default registry is
-used, with the process collectors.
+used.
+
+In both modes the `process_*` series are each live worker's own, labelled by `pid`: the worker that
+answers a scrape reads them from the kernel (`/proc`, Linux) for itself and for its siblings under
+the same supervisor, found by the files they keep in the shared folder. Nothing is sampled on the
+request path, and a worker gone (even killed) is gone from the next scrape, its live gauges too.
+
+Every known label value (limiters, caches, upstreams, outcomes) has its series from the worker's
+start, at 0, so that `rate()` and alerts see the first event.
 
 Labels never carry caller-chosen text: routes are route names (or a fixed category for paths no
 route claims), statuses are numbers, limiters and caches are the service's own names.
@@ -11,20 +19,28 @@ route claims), statuses are numbers, limiters and caches are the service's own n
 
 from __future__ import annotations
 
+import glob
 import os
+import platform
+from collections.abc import Iterable, Sequence
+from importlib import metadata
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    PROCESS_COLLECTOR,
     REGISTRY,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     generate_latest,
     multiprocess,
 )
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
-from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE
+from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE, WORKERS_VARIABLE
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -53,7 +69,7 @@ REFUSED_CONNECTIONS = Counter(
 BODY_BUDGET_WAITS = Counter(
     "marketplace_http_body_budget_waits_total",
     "Request bodies that had to wait for room under MARKETPLACE_MAX_BUFFERED_BODY_BYTES, by "
-    "outcome (granted; timed_out: answered 408; gone: the client left).",
+    "outcome (granted; timed_out: answered 408, or the request ended while it waited).",
     ["outcome"],
 )
 LIMITER_REFUSALS = Counter(
@@ -119,10 +135,150 @@ READ_REPLICA_FAILURES = Counter(
     "marketplace_read_replica_failures_total",
     "Failed reads of read replicas, and replicas found failing by a check; their reads go to the primary meanwhile.",
 )
+READ_REPLICAS_FAILING = Gauge(
+    "marketplace_read_replicas_failing",
+    "Read replicas set aside as failing, until a check finds them answering again (summed over live "
+    "workers: each worker judges each replica).",
+    multiprocess_mode="livesum",
+)
 STORE_ERRORS = Counter(
     "marketplace_store_errors_total",
     "Failed calls to the shared store (Redis); limiters admit and caches miss meanwhile.",
 )
+
+
+BUILD_INFO = Gauge(
+    "marketplace_build_info",
+    "Always 1: the running package's version, the Python version, the database kind "
+    "(sqlite, postgresql) and whether Redis is configured (yes, no).",
+    ["version", "python", "database", "redis"],
+    multiprocess_mode="livemax",
+)
+WORKERS_CONFIGURED = Gauge(
+    "marketplace_workers_configured",
+    "Worker processes the server of this host was started with (serve --workers); compare with the "
+    "number of pids in process_start_time_seconds.",
+    multiprocess_mode="livemax",
+)
+
+# The outcomes each labelled counter knows; every one has a series from the start.
+REFUSED_HEAD_STATUSES = ("408", "431")
+BODY_BUDGET_OUTCOMES = ("granted", "timed_out")
+CACHE_OUTCOMES = ("hit", "miss")
+UPSTREAM_OUTCOMES = (
+    "ok",
+    "not_found",
+    "error_status",
+    "timeout",
+    "network_error",
+    "invalid_body",
+    "too_large",
+)
+WORKER_CACHE_OUTCOMES = ("hit", "miss", "expired", "off")
+WRITE_CONFLICT_OUTCOMES = ("retried", "gave_up")
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("marketplace")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def start_worker(
+    *,
+    database: str,
+    redis: bool,
+    limiters: Sequence[str],
+    caches: Sequence[str],
+    upstreams: Sequence[str],
+) -> None:
+    """Publish this worker's build information, and a 0 for every known label combination."""
+    BUILD_INFO.labels(package_version(), platform.python_version(), database, "yes" if redis else "no").set(1)
+    WORKERS_CONFIGURED.set(int(os.environ.get(WORKERS_VARIABLE) or 1))
+    for status in REFUSED_HEAD_STATUSES:
+        REFUSED_HEADS.labels(status)
+    for outcome in BODY_BUDGET_OUTCOMES:
+        BODY_BUDGET_WAITS.labels(outcome)
+    for limiter in limiters:
+        LIMITER_REFUSALS.labels(limiter)
+    for cache in caches:
+        for outcome in CACHE_OUTCOMES:
+            CACHE_LOOKUPS.labels(cache, outcome)
+    for upstream in upstreams:
+        UPSTREAM_DURATION.labels(upstream)
+        for outcome in UPSTREAM_OUTCOMES:
+            UPSTREAM_CALLS.labels(upstream, outcome)
+    for outcome in WORKER_CACHE_OUTCOMES:
+        WORKER_CACHE_LOOKUPS.labels(outcome)
+    for outcome in WRITE_CONFLICT_OUTCOMES:
+        DB_WRITE_CONFLICTS.labels(outcome)
+
+
+class WorkerProcesses(Collector):
+    """The `process_*` series (CPU seconds, resident and virtual memory, start time, open and
+    maximum file descriptors) of every live worker of this server, labelled by `pid`."""
+
+    def __init__(self) -> None:
+        self._pid: int = os.getpid()
+        self._reader = ProcessCollector(pid=lambda: self._pid, registry=None)
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # registering must not read the workers' figures
+
+    def collect(self) -> Iterable[Metric]:
+        merged: dict[str, Metric] = {}
+        for pid in self.worker_pids():
+            self._pid = pid
+            for family in self._reader.collect():
+                into = merged.setdefault(family.name, Metric(family.name, family.documentation, family.type))
+                for found in family.samples:
+                    into.add_sample(found.name, {**found.labels, "pid": str(pid)}, found.value)
+        return merged.values()
+
+    def worker_pids(self) -> list[int]:
+        """This process, and with a shared folder its live siblings that keep files there. The live
+        gauges of a process that died without saying so (killed) are dropped on the way."""
+        own = os.getpid()
+        folder = multiprocess_dir()
+        if folder is None or not os.path.isdir("/proc/self"):
+            return [own]
+        supervisor = os.getppid()
+        pids = {own}
+        seen = {own}
+        for path in glob.glob(os.path.join(folder, "*.db")):
+            name = os.path.basename(path)[: -len(".db")]
+            try:
+                pid = int(name.rsplit("_", 1)[-1])
+            except ValueError:
+                continue
+            if pid in seen:
+                continue
+            seen.add(pid)
+            parent = _parent_pid(pid)
+            if parent is None:
+                multiprocess.mark_process_dead(pid, folder)  # type: ignore[no-untyped-call]
+            elif parent == supervisor:
+                pids.add(pid)
+        return sorted(pids)
+
+
+def _parent_pid(pid: int) -> int | None:
+    """The parent of a running process; None when there is no such process (or it is a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[-1].split()
+    except OSError:
+        return None
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[1])
+
+
+WORKER_PROCESSES = WorkerProcesses()
+# The same `process_*` series, labelled by pid, whether or not the workers share a folder.
+REGISTRY.unregister(PROCESS_COLLECTOR)
+REGISTRY.register(WORKER_PROCESSES)
 
 
 def multiprocess_dir() -> str | None:
@@ -134,6 +290,7 @@ def exposition() -> bytes:
     if multiprocess_dir() is None:
         return generate_latest(REGISTRY)
     registry = CollectorRegistry()
+    registry.register(WORKER_PROCESSES)
     multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     return generate_latest(registry)
 

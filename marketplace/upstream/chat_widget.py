@@ -8,6 +8,9 @@ import httpx
 
 from marketplace.upstream.calls import get_json
 
+# The upstream's name in metrics and logs.
+UPSTREAM = "chat"
+
 
 @dataclass(frozen=True, slots=True)
 class ChatServer:
@@ -21,7 +24,7 @@ async def fetch_chat_server(
 ) -> ChatServer | None:
     """The server's public information, or None for any failure (disabled widget, unknown server,
     network error, timeout, unexpected body)."""
-    widget = await get_json(http, "chat", f"{chat_api_url}/guilds/{server_id}/widget.json", timeout_seconds)
+    widget = await get_json(http, UPSTREAM, f"{chat_api_url}/guilds/{server_id}/widget.json", timeout_seconds)
     if not isinstance(widget, dict):
         return None
     widget_id = widget.get("id")

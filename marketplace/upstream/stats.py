@@ -12,6 +12,9 @@ import httpx
 
 from marketplace.upstream.calls import get_json
 
+# The upstream's name in metrics and logs.
+UPSTREAM = "stats"
+
 # The statistics service's software ids and the URL segment of each.
 SOFTWARE_SEGMENTS = {
     1: "bukkit",
@@ -36,7 +39,7 @@ async def fetch_stats_page_url(
     http: httpx.AsyncClient, stats_api_url: str, stats_page_url: str, stats_id: str, timeout_seconds: float
 ) -> str | None:
     """`{stats_page_url}/{segment}/{name}/{stats_id}`, or None when upstream gives nothing usable."""
-    plugin = await get_json(http, "stats", f"{stats_api_url}/{stats_id}", timeout_seconds)
+    plugin = await get_json(http, UPSTREAM, f"{stats_api_url}/{stats_id}", timeout_seconds)
     if not isinstance(plugin, dict):
         return None
     name = plugin.get("name")
@@ -67,7 +70,7 @@ async def fetch_chart_value(
 ) -> int | None:
     """The first pair's value of the chart, as an integer; None when it is missing or not numeric."""
     url = f"{stats_api_url}/{stats_id}/charts/{percent_encode(chart)}/data/?maxElements=1"
-    points = await get_json(http, "stats", url, timeout_seconds)
+    points = await get_json(http, UPSTREAM, url, timeout_seconds)
     if not isinstance(points, list) or not points:
         return None
     first = points[0]

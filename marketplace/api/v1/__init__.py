@@ -16,6 +16,11 @@ from marketplace.platform_names import PlatformNames
 PREFIX = "/api/v1"
 
 
+# Every limiter's name, and every cache of upstream answers: their series exist from the start.
+LIMITERS = ("api", "search", "licence_key", "licence_ip")
+ANSWER_CACHES = (chat.SERVER_CACHE, stats.URL_CACHE, stats.CHART_CACHE)
+
+
 def api_limits(ip: str, _params: Mapping[str, str]) -> Sequence[Limit]:
     """Every route of the group: 120 a minute per client address."""
     return (Limit("api", 120, limit_key("api", ip)),)

@@ -17,6 +17,8 @@ from marketplace.http.json import EncodedJsonAnswer, JsonAnswer, encode
 from marketplace.http.routing import ApiCall
 from marketplace.upstream.chat_widget import fetch_chat_server
 
+# The cache of upstream answers, as metrics name it.
+SERVER_CACHE = "chat-server"
 CHAT_SERVER_TTL_SECONDS = 600
 
 
@@ -103,7 +105,7 @@ async def server(call: ApiCall) -> Response:
         )
         return encode({"id": found.id, "name": found.name, "invite": found.invite}) if found else None
 
-    body = await services.answers.remember("chat-server", (server_id,), CHAT_SERVER_TTL_SECONDS, fetch)
+    body = await services.answers.remember(SERVER_CACHE, (server_id,), CHAT_SERVER_TTL_SECONDS, fetch)
     if body is None:
         raise NotFound()
     return EncodedJsonAnswer(body)

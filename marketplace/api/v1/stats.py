@@ -11,6 +11,9 @@ from marketplace.http.json import TextAnswer
 from marketplace.http.routing import ApiCall
 from marketplace.upstream.stats import fetch_chart_value, fetch_stats_page_url
 
+# The caches of upstream answers, as metrics name them.
+URL_CACHE = "stats-url"
+CHART_CACHE = "stats-chart"
 STATS_URL_TTL_SECONDS = 21600
 CHART_VALUE_TTL_SECONDS = 900
 UNREADABLE_CHART = "0"
@@ -42,7 +45,7 @@ async def page_url(call: ApiCall) -> Response:
         return url.encode("utf-8") if url is not None else None
 
     # Keyed by the statistics id: resources sharing one share the entry.
-    body = await services.answers.remember("stats-url", (stats_id,), STATS_URL_TTL_SECONDS, fetch)
+    body = await services.answers.remember(URL_CACHE, (stats_id,), STATS_URL_TTL_SECONDS, fetch)
     if body is None:
         raise NotFound()
     return TextAnswer(body)
@@ -63,6 +66,6 @@ async def chart(call: ApiCall) -> Response:
         return str(value).encode("ascii") if value is not None else None
 
     body = await services.answers.remember(
-        "stats-chart", (stats_id, chart_name), CHART_VALUE_TTL_SECONDS, fetch
+        CHART_CACHE, (stats_id, chart_name), CHART_VALUE_TTL_SECONDS, fetch
     )
     return TextAnswer(body if body is not None else UNREADABLE_CHART)
