@@ -54,6 +54,7 @@ class MarketplaceCommand(click.Group):
 @click.group(
     cls=MarketplaceCommand, help="The marketplace API service: schema, data, server and back office."
 )
+@click.version_option(package_name="marketplace", message="%(prog)s %(version)s")
 def main() -> None:
     pass
 

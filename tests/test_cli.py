@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -184,11 +185,13 @@ def table_contents(database: Path) -> dict[str, list[tuple[Any, ...]]]:
     return {table: query(database, f"SELECT * FROM {table} ORDER BY rowid") for table in tables}
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.strip().splitlines()
+def assert_one_line_error(result: subprocess.CompletedProcess[str], exit_code: int = 1) -> str:
+    """The failure's one line on standard error (`marketplace: ...`), with its exit code: 1 refused or
+    failed, 2 usage."""
+    assert result.returncode == exit_code, (result.returncode, result.stderr)
+    lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("marketplace: "), result.stderr
     return lines[0]
 
 
@@ -249,6 +252,14 @@ def assert_stops_gracefully_on_sigterm(server: Server) -> None:
     assert returncode in (0, -signal.SIGTERM), server.output()
     assert "Application shutdown complete." in server.output()
     assert "Traceback" not in server.output()
+
+
+def test_version_prints_the_package_version(cli: Cli) -> None:
+    result = cli.run("--version")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"marketplace {importlib.metadata.version('marketplace')}\n"
+    assert result.stderr == ""
 
 
 def test_migrate_is_idempotent(cli: Cli) -> None:
