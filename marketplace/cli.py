@@ -47,8 +47,43 @@ class MarketplaceCommand(click.Group):
             fail(error.format_message(), exit_code=error.exit_code)
         except click.Abort:
             fail("aborted")
+        except _ReaderGone:
+            # The reader of standard output is gone (`marketplace activity | head -1`): it has read
+            # all it wanted, so the command ends quietly, as Unix tools do.
+            _discard_standard_output()
+            sys.exit(0)
         # Without standalone mode click returns the exit code of `--help` and the like.
         sys.exit(outcome if isinstance(outcome, int) else 0)
+
+    # Click itself answers a closed standard output with exit 1: the pipe is taken from it first,
+    # both where options like `--help` print (parsing) and where commands print (invoking).
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError:
+            raise _ReaderGone from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise _ReaderGone from None
+
+
+class _ReaderGone(Exception):
+    """Standard output's reader closed the pipe."""
+
+
+def _discard_standard_output() -> None:
+    """Standard output onto the null device, so that the interpreter's last flush of what is still
+    buffered for the closed pipe fails no more."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError):  # standard output without a file descriptor
+        pass
+    finally:
+        os.close(null)
 
 
 @click.group(

@@ -73,6 +73,8 @@ def run_command(action: Callable[[Settings], Coroutine[Any, Any, T]]) -> T:
         return asyncio.run(action(settings))
     except (DatabaseUrlError, FixtureError, SchemaMissing, CommandRefused) as error:
         fail(str(error))
+    except BrokenPipeError:
+        raise  # standard output's reader left: not a failure (`MarketplaceCommand.main`)
     except OSError as error:
         fail(f"cannot reach the database: {masked_url(str(error))}")
     except Exception as error:  # the command line answers with one line, not a traceback

@@ -503,3 +503,51 @@ def test_demo_catalogue_is_served_with_its_storage_icons(
     assert icon.headers["content-type"] == "image/png"
     assert icon.content == (DEMO_STORAGE / storage_path.removeprefix("/storage/")).read_bytes()
     assert_stops_gracefully_on_sigterm(server)
+
+
+def run_into_a_closed_pipe(cli: Cli, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command with its standard output a real pipe whose reader has already gone
+    (`marketplace ... | head -0`): its first write meets EPIPE."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        result = subprocess.run(
+            [MARKETPLACE, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cli.workdir,
+            env=cli.env,
+            timeout=COMMAND_TIMEOUT,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+    return subprocess.CompletedProcess(result.args, result.returncode, "", result.stderr)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["--version"],
+        ["--help"],
+        ["accesses", "--help"],
+        ["migrate"],
+        ["load", "FIXTURE"],
+        ["demo"],
+        ["accesses", "grant", "2", "3"],
+        ["activity"],
+        ["activity", "--json"],
+    ],
+)
+def test_writing_into_a_closed_pipe_ends_quietly_with_exit_0(migrated_cli: Cli, command: list[str]) -> None:
+    migrated_cli.run("load", str(migrated_cli.write_fixture(SMALL_CATALOGUE)))
+    migrated_cli.run("accesses", "grant", "1", "3")
+    command = [
+        str(migrated_cli.write_fixture(SMALL_CATALOGUE)) if arg == "FIXTURE" else arg for arg in command
+    ]
+
+    result = run_into_a_closed_pipe(migrated_cli, *command)
+
+    assert (result.returncode, result.stderr) == (0, "")
