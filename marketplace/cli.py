@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from marketplace.backoffice.commands import BACK_OFFICE_COMMANDS
-from marketplace.console import CommandRefused, fail, load_settings, require_schema, run_command
+from marketplace.console import (
+    CommandRefused,
+    SchemaMissing,
+    fail,
+    load_settings,
+    require_schema,
+    run_command,
+    schema_problem,
+)
 
 if TYPE_CHECKING:
     from marketplace.config import Settings
@@ -100,9 +108,12 @@ for back_office_command in BACK_OFFICE_COMMANDS:
 
 async def _migrate(settings: Settings) -> None:
     from marketplace.database.engine import engine_for
-    from marketplace.migrations.runner import upgrade_to_head
+    from marketplace.migrations.runner import current_revision, known_revision, upgrade_to_head
 
     async with engine_for(settings) as engine:
+        current = await current_revision(engine)
+        if current is not None and not known_revision(current):
+            raise SchemaMissing(schema_problem(current))
         await upgrade_to_head(engine)
 
 

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import json
 import os
 import shutil
 import signal
 import socket
+import socketserver
 import sqlite3
+import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,7 @@ import pytest
 
 from marketplace.fixtures.loader import COLLECTIONS
 from marketplace.migrations.runner import head_revision
+from tests.profiles import require_service, unique_name
 
 MARKETPLACE = str(Path(sys.executable).with_name("marketplace"))
 DEMO_MODULE = Path(__file__).resolve().parents[1] / "marketplace" / "fixtures" / "demo.py"
@@ -551,3 +557,152 @@ def test_writing_into_a_closed_pipe_ends_quietly_with_exit_0(migrated_cli: Cli, 
     result = run_into_a_closed_pipe(migrated_cli, *command)
 
     assert (result.returncode, result.stderr) == (0, "")
+
+
+# Commands that work on an existing schema, each refused alike when the database is not usable.
+SCHEMA_COMMANDS = [
+    ["activity"],
+    ["accesses", "grant", "1", "3"],
+    ["load", "FIXTURE"],
+    ["serve", "--port", "PORT"],
+]
+
+
+def run_on(cli: Cli, url: str, command: list[str]) -> subprocess.CompletedProcess[str]:
+    replacements = {"FIXTURE": str(cli.write_fixture(SMALL_CATALOGUE)), "PORT": str(cli.port)}
+    return cli.with_database_url(url).run(*(replacements.get(arg, arg) for arg in command))
+
+
+@pytest.mark.parametrize("command", [["migrate"], *SCHEMA_COMMANDS])
+def test_a_missing_postgresql_database_is_one_line_telling_to_create_it(cli: Cli, command: list[str]) -> None:
+    require_service("PostgreSQL", "127.0.0.1", 5432)
+    url = f"postgresql://postgres@127.0.0.1:5432/{unique_name('mp_missing')}"
+
+    line = assert_one_line_error(run_on(cli, url, command))
+
+    assert line.startswith("marketplace: cannot connect to the database: database "), line
+    assert line.endswith(" does not exist (create it, then run `marketplace migrate`)"), line
+
+
+@pytest.mark.parametrize("command", [["migrate"], *SCHEMA_COMMANDS])
+def test_an_unreachable_postgresql_database_is_one_line(cli: Cli, command: list[str]) -> None:
+    url = f"postgresql://marketplace:s3cr3t-pw@127.0.0.1:{free_port()}/marketplace"
+
+    result = run_on(cli, url, command)
+
+    assert assert_one_line_error(result).startswith("marketplace: cannot reach the database: ")
+    assert "s3cr3t-pw" not in result.stderr + result.stdout
+
+
+@contextmanager
+def server_refusing_every_password() -> Iterator[int]:
+    """A PostgreSQL server, as far as the wire protocol's start goes, that asks for the password
+    and refuses it as a real server does (SQLSTATE 28P01); yields its port."""
+
+    def message(kind: bytes, payload: bytes) -> bytes:
+        return kind + struct.pack("!i", len(payload) + 4) + payload
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            connection: socket.socket = self.request
+            connection.settimeout(10)
+            while True:
+                (length,) = struct.unpack("!i", connection.recv(4, socket.MSG_WAITALL))
+                body = connection.recv(length - 4, socket.MSG_WAITALL)
+                if body[:4] == struct.pack("!i", 80877103):  # SSLRequest: none here
+                    connection.sendall(b"N")
+                    continue
+                break
+            connection.sendall(message(b"R", struct.pack("!i", 3)))  # cleartext password, please
+            connection.recv(65536)
+            fields = [
+                b"SFATAL",
+                b"VFATAL",
+                b"C28P01",
+                b'Mpassword authentication failed for user "marketplace"',
+            ]
+            connection.sendall(message(b"E", b"".join(field + b"\0" for field in fields) + b"\0"))
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as server:
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield int(server.server_address[1])
+        finally:
+            server.shutdown()
+
+
+@pytest.mark.parametrize("command", [["migrate"], *SCHEMA_COMMANDS])
+def test_a_wrong_postgresql_password_is_one_line_that_never_shows_it(cli: Cli, command: list[str]) -> None:
+    with server_refusing_every_password() as port:
+        result = run_on(cli, f"postgresql://marketplace:s3cr3t-pw@127.0.0.1:{port}/marketplace", command)
+
+    line = assert_one_line_error(result)
+    assert line == (
+        'marketplace: cannot connect to the database: password authentication failed for user "marketplace"'
+        " (check the user and password of MARKETPLACE_DATABASE_URL)"
+    )
+    assert "s3cr3t-pw" not in result.stderr + result.stdout
+
+
+def set_revision(database_url: str, revision: str, *, downgrade: bool = False) -> None:
+    """Puts the database's schema back at `revision` (`downgrade`), or only writes `revision` into
+    alembic_version, as a newer release's migration would have."""
+    from alembic import command as alembic_command
+    from sqlalchemy import Connection, text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from marketplace.database.engine import async_url
+    from marketplace.migrations.runner import alembic_config
+
+    def change(connection: Connection) -> None:
+        if downgrade:
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            alembic_command.downgrade(config, revision)
+        else:
+            connection.execute(
+                text("UPDATE alembic_version SET version_num = :revision"), {"revision": revision}
+            )
+
+    async def run() -> None:
+        engine = create_async_engine(async_url(database_url))
+        try:
+            async with engine.begin() as connection:
+                await connection.run_sync(change)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("command", SCHEMA_COMMANDS)
+def test_a_schema_older_than_the_code_is_refused_until_migrate(
+    cli: Cli, database_url: str, command: list[str]
+) -> None:
+    set_revision(database_url, "0004", downgrade=True)
+
+    line = assert_one_line_error(run_on(cli, database_url, command))
+
+    assert line == (
+        "marketplace: the database schema is older than this version of marketplace"
+        f" (revision 0004, expected {head_revision()}): run `marketplace migrate` first"
+    )
+    assert cli.with_database_url(database_url).run("migrate").returncode == 0
+    assert run_on(cli, database_url, ["activity"]).returncode == 0
+
+
+@pytest.mark.parametrize("command", [["migrate"], *SCHEMA_COMMANDS])
+def test_a_schema_newer_than_the_code_is_refused_by_every_command(
+    cli: Cli, database_url: str, command: list[str]
+) -> None:
+    set_revision(database_url, "9000_from_a_newer_release")
+
+    line = assert_one_line_error(run_on(cli, database_url, command))
+
+    assert line == (
+        "marketplace: the database schema is at revision 9000_from_a_newer_release, which this version of"
+        " marketplace does not know (a newer version migrated it): run that newer version, or restore a"
+        " backup taken before it migrated"
+    )
