@@ -118,10 +118,18 @@ def first_line(text: str) -> str:
 
 async def require_schema(settings: Settings) -> None:
     """Refuses (`SchemaMissing`) a database whose schema is not the one this code migrates to: none
-    yet, an older one, or a newer one (a revision this code does not know)."""
-    from marketplace.database.engine import engine_for
+    yet (a SQLite file is never created here), an older one, or a newer one (a revision this code
+    does not know)."""
+    from marketplace.database.engine import engine_for, sqlite_file
     from marketplace.migrations.runner import current_revision, head_revision
 
+    # Connecting would create a missing SQLite file: only `migrate` and `demo` make databases.
+    database_file = sqlite_file(settings.database_url)
+    if database_file is not None and not database_file.exists():
+        raise SchemaMissing(
+            f"the SQLite database {database_file} does not exist: run `marketplace migrate`"
+            " (or `marketplace demo`) to create it"
+        )
     async with engine_for(settings) as engine:
         current = await current_revision(engine)
     if current == head_revision():

@@ -706,3 +706,14 @@ def test_a_schema_newer_than_the_code_is_refused_by_every_command(
         " marketplace does not know (a newer version migrated it): run that newer version, or restore a"
         " backup taken before it migrated"
     )
+
+
+@pytest.mark.parametrize("command", SCHEMA_COMMANDS)
+def test_a_command_needing_a_schema_never_creates_a_missing_sqlite_file(cli: Cli, command: list[str]) -> None:
+    line = assert_one_line_error(run_on(cli, f"sqlite:///{cli.database}", command))
+
+    assert line == (
+        f"marketplace: the SQLite database {cli.database} does not exist: run `marketplace migrate`"
+        " (or `marketplace demo`) to create it"
+    )
+    assert not cli.database.exists()
