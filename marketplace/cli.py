@@ -9,10 +9,13 @@ and it must not hold what only its workers use.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
+import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,10 +45,11 @@ _HELP_FOR_NO_ARGUMENTS: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 class MarketplaceCommand(click.Group):
     """The command line, whose every failure is one line on standard error, usage errors included."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
+        arguments = list(sys.argv[1:] if args is None else args)
         try:
-            outcome = super().main(*args, **kwargs)
+            outcome = super().main(self.negative_numbers_as_arguments(arguments), *rest, **kwargs)
         except _HELP_FOR_NO_ARGUMENTS as error:
             click.echo(error.format_message())
             sys.exit(0)
@@ -64,6 +68,42 @@ class MarketplaceCommand(click.Group):
         # Without standalone mode click returns the exit code of `--help` and the like.
         sys.exit(outcome if isinstance(outcome, int) else 0)
 
+    def negative_numbers_as_arguments(self, args: list[str]) -> list[str]:
+        """`args` where a negative number standing for an argument (`accesses grant 4 -1`) is read
+        as that argument, to be refused as the value it is, instead of as an unknown option: the
+        command's options go first, then `--`, then its arguments in their order."""
+        command: click.Command = self
+        position = 0
+        while (
+            isinstance(command, click.Group) and position < len(args) and args[position] in command.commands
+        ):
+            command = command.commands[args[position]]
+            position += 1
+        words = args[position:]
+        if (
+            isinstance(command, click.Group)
+            or "--" in words
+            or not any(map(_NEGATIVE_NUMBER.fullmatch, words))
+        ):
+            return args
+        taking_a_value = {
+            name
+            for parameter in command.params
+            if isinstance(parameter, click.Option) and not parameter.is_flag and not parameter.count
+            for name in parameter.opts
+        }
+        options: list[str] = []
+        arguments: list[str] = []
+        remaining = iter(words)
+        for word in remaining:
+            if word == "-" or not word.startswith("-") or _NEGATIVE_NUMBER.fullmatch(word):
+                arguments.append(word)
+                continue
+            options.append(word)
+            if word in taking_a_value:
+                options.extend(itertools.islice(remaining, 1))
+        return [*args[:position], *options, "--", *arguments]
+
     # Click itself answers a closed standard output with exit 1: the pipe is taken from it first,
     # both where options like `--help` print (parsing) and where commands print (invoking).
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
@@ -77,6 +117,9 @@ class MarketplaceCommand(click.Group):
             return super().invoke(ctx)
         except BrokenPipeError:
             raise _ReaderGone from None
+
+
+_NEGATIVE_NUMBER = re.compile(r"-[0-9]+")
 
 
 class _ReaderGone(Exception):

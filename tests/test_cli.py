@@ -717,3 +717,22 @@ def test_a_command_needing_a_schema_never_creates_a_missing_sqlite_file(cli: Cli
         " (or `marketplace demo`) to create it"
     )
     assert not cli.database.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "exit_code", "message"),
+    [
+        (["accesses", "grant", "1", "-1"], 1, "no resource '-1'"),
+        (["accesses", "revoke", "-2", "1", "--by", "alice"], 1, "no user '-2'"),
+        (["accesses", "grant", "--by", "-5", "1", "-1"], 1, "no resource '-1'"),
+        (["accesses", "grant", "1", "-1", "--bogus"], 2, "No such option '--bogus'."),
+    ],
+)
+def test_a_negative_number_given_as_an_id_is_read_as_that_id(
+    migrated_cli: Cli, command: list[str], exit_code: int, message: str
+) -> None:
+    migrated_cli.run("load", str(migrated_cli.write_fixture(SMALL_CATALOGUE)))
+
+    line = assert_one_line_error(migrated_cli.run(*command), exit_code)
+
+    assert line.startswith(f"marketplace: {message}"), line
