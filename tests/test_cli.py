@@ -736,3 +736,16 @@ def test_a_negative_number_given_as_an_id_is_read_as_that_id(
     line = assert_one_line_error(migrated_cli.run(*command), exit_code)
 
     assert line.startswith(f"marketplace: {message}"), line
+
+
+def test_load_refuses_a_version_number_the_resource_has_in_one_line(migrated_cli: Cli) -> None:
+    migrated_cli.run("load", str(migrated_cli.write_fixture(SMALL_CATALOGUE)))
+    before = table_contents(migrated_cli.database)
+    second = {"versions": [{"id": 21, "resource_id": 1, "version": "1.1.0"}]}
+
+    line = assert_one_line_error(
+        migrated_cli.run("load", str(migrated_cli.write_fixture(second, "second.json")))
+    )
+
+    assert line == "marketplace: versions[0].version: resource 1 already has version '1.1.0' (id 11)"
+    assert table_contents(migrated_cli.database) == before
