@@ -141,7 +141,7 @@ def _discard_standard_output() -> None:
 @click.group(
     cls=MarketplaceCommand, help="The marketplace API service: schema, data, server and back office."
 )
-@click.version_option(package_name="marketplace", message="%(prog)s %(version)s")
+@click.version_option(package_name="marketplace", message="marketplace %(version)s")
 def main() -> None:
     pass
 
