@@ -218,7 +218,8 @@ def _service(
         "MARKETPLACE_LOG_FORMAT": "text",
         "MARKETPLACE_LOG_LEVEL": "error",
     }
-    if profile == "postgresql":
+    # Several workers share their limits and caches in Redis (`serve` refuses them without it).
+    if profile == "postgresql" or workers > 1:
         settings["MARKETPLACE_REDIS_URL"] = options.redis_url
         settings["MARKETPLACE_REDIS_PREFIX"] = f"bench-{os.getpid()}-{port}:"
     settings.update(extra or {})
@@ -394,8 +395,7 @@ def _measure_profile(options: Options, run: Run, profile: str) -> None:
         finally:
             for server in (service, ceiling):
                 server.stop()
-            if profile == "postgresql":
-                _forget_redis_keys(options.redis_url, service)
+            _forget_redis_keys(options.redis_url, service)
 
 
 def _hotspots(service: Server, request_file: Path, options: Options) -> hotspots.Hotspots:

@@ -15,6 +15,7 @@ import click
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
+    from sqlalchemy.exc import DBAPIError
 
     from marketplace.config import Settings
 
@@ -65,6 +66,8 @@ def load_settings() -> Settings:
 
 def run_command(action: Callable[[Settings], Coroutine[Any, Any, T]]) -> T:
     """Run one async action with the configured settings; any failure is a one-line error and exit 1."""
+    from sqlalchemy.exc import DBAPIError
+
     from marketplace.database.engine import DatabaseUrlError, masked_url
     from marketplace.fixtures.loader import FixtureError
 
@@ -73,18 +76,79 @@ def run_command(action: Callable[[Settings], Coroutine[Any, Any, T]]) -> T:
         return asyncio.run(action(settings))
     except (DatabaseUrlError, FixtureError, SchemaMissing, CommandRefused) as error:
         fail(str(error))
+    except BrokenPipeError:
+        raise  # standard output's reader left: not a failure (`MarketplaceCommand.main`)
     except OSError as error:
         fail(f"cannot reach the database: {masked_url(str(error))}")
+    except DBAPIError as error:
+        fail(database_problem(error))
     except Exception as error:  # the command line answers with one line, not a traceback
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        fail(masked_url(first_line))
+        fail(masked_url(first_line(str(error)) or type(error).__name__))
+
+
+# SQLSTATEs of a connection the server refused: its class 08 (connection exception), class 28
+# (invalid authorization: a wrong password, an unknown role) and 3D000 (no such database).
+_REFUSED_CONNECTION_CLASSES = ("08", "28")
+_NO_SUCH_DATABASE = "3D000"
+
+
+def database_problem(error: DBAPIError) -> str:
+    """The one line of a failed database call: the driver's own sentence (never SQLAlchemy's
+    wrapping, never a password), and what to do when the connection itself was refused."""
+    from marketplace.database.engine import masked_url
+
+    original = error.orig if error.orig is not None else error
+    reason = masked_url(first_line(str(original)) or type(original).__name__)
+    sqlstate = str(getattr(original, "sqlstate", None) or getattr(original, "pgcode", None) or "")
+    if sqlstate == _NO_SUCH_DATABASE:
+        return f"cannot connect to the database: {reason} (create it, then run `marketplace migrate`)"
+    if sqlstate.startswith("28"):
+        return f"cannot connect to the database: {reason} (check the user and password of MARKETPLACE_DATABASE_URL)"
+    if sqlstate.startswith(_REFUSED_CONNECTION_CLASSES) or error.connection_invalidated:
+        return f"cannot connect to the database: {reason}"
+    if reason == "unable to open database file":  # SQLite's sentence, without a code
+        return f"cannot open the database: {reason}"
+    return f"the database failed: {reason}"
+
+
+def first_line(text: str) -> str:
+    stripped = text.strip()
+    return stripped.splitlines()[0] if stripped else ""
 
 
 async def require_schema(settings: Settings) -> None:
-    from marketplace.database.engine import engine_for
+    """Refuses (`SchemaMissing`) a database whose schema is not the one this code migrates to: none
+    yet (a SQLite file is never created here), an older one, or a newer one (a revision this code
+    does not know)."""
+    from marketplace.database.engine import engine_for, sqlite_file
     from marketplace.migrations.runner import current_revision, head_revision
 
+    # Connecting would create a missing SQLite file: only `migrate` and `demo` make databases.
+    database_file = sqlite_file(settings.database_url)
+    if database_file is not None and not database_file.exists():
+        raise SchemaMissing(
+            f"the SQLite database {database_file} does not exist: run `marketplace migrate`"
+            " (or `marketplace demo`) to create it"
+        )
     async with engine_for(settings) as engine:
         current = await current_revision(engine)
-    if current != head_revision():
-        raise SchemaMissing("the database schema is missing or outdated: run `marketplace migrate` first")
+    if current == head_revision():
+        return
+    raise SchemaMissing(schema_problem(current))
+
+
+def schema_problem(current: str | None) -> str:
+    """Why the schema at revision `current` (None: no schema) is not usable, and what to do."""
+    from marketplace.migrations.runner import head_revision, known_revision
+
+    if current is None:
+        return "the database has no schema yet: run `marketplace migrate` first"
+    if known_revision(current):
+        return (
+            f"the database schema is older than this version of marketplace (revision {current},"
+            f" expected {head_revision()}): run `marketplace migrate` first"
+        )
+    return (
+        f"the database schema is at revision {current}, which this version of marketplace does not know"
+        " (a newer version migrated it): run that newer version, or restore a backup taken before it migrated"
+    )

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.metadata
 import json
 import os
 import shutil
 import signal
 import socket
+import socketserver
 import sqlite3
+import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,7 @@ import pytest
 
 from marketplace.fixtures.loader import COLLECTIONS
 from marketplace.migrations.runner import head_revision
+from tests.profiles import require_service, unique_name
 
 MARKETPLACE = str(Path(sys.executable).with_name("marketplace"))
 DEMO_MODULE = Path(__file__).resolve().parents[1] / "marketplace" / "fixtures" / "demo.py"
@@ -184,11 +191,13 @@ def table_contents(database: Path) -> dict[str, list[tuple[Any, ...]]]:
     return {table: query(database, f"SELECT * FROM {table} ORDER BY rowid") for table in tables}
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.strip().splitlines()
+def assert_one_line_error(result: subprocess.CompletedProcess[str], exit_code: int = 1) -> str:
+    """The failure's one line on standard error (`marketplace: ...`), with its exit code: 1 refused or
+    failed, 2 usage."""
+    assert result.returncode == exit_code, (result.returncode, result.stderr)
+    lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("marketplace: "), result.stderr
     return lines[0]
 
 
@@ -249,6 +258,14 @@ def assert_stops_gracefully_on_sigterm(server: Server) -> None:
     assert returncode in (0, -signal.SIGTERM), server.output()
     assert "Application shutdown complete." in server.output()
     assert "Traceback" not in server.output()
+
+
+def test_version_prints_the_package_version(cli: Cli) -> None:
+    result = cli.run("--version")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"marketplace {importlib.metadata.version('marketplace')}\n"
+    assert result.stderr == ""
 
 
 def test_migrate_is_idempotent(cli: Cli) -> None:
@@ -492,3 +509,243 @@ def test_demo_catalogue_is_served_with_its_storage_icons(
     assert icon.headers["content-type"] == "image/png"
     assert icon.content == (DEMO_STORAGE / storage_path.removeprefix("/storage/")).read_bytes()
     assert_stops_gracefully_on_sigterm(server)
+
+
+def run_into_a_closed_pipe(cli: Cli, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command with its standard output a real pipe whose reader has already gone
+    (`marketplace ... | head -0`): its first write meets EPIPE."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        result = subprocess.run(
+            [MARKETPLACE, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cli.workdir,
+            env=cli.env,
+            timeout=COMMAND_TIMEOUT,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+    return subprocess.CompletedProcess(result.args, result.returncode, "", result.stderr)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["--version"],
+        ["--help"],
+        ["accesses", "--help"],
+        ["migrate"],
+        ["load", "FIXTURE"],
+        ["demo"],
+        ["accesses", "grant", "2", "3"],
+        ["activity"],
+        ["activity", "--json"],
+    ],
+)
+def test_writing_into_a_closed_pipe_ends_quietly_with_exit_0(migrated_cli: Cli, command: list[str]) -> None:
+    migrated_cli.run("load", str(migrated_cli.write_fixture(SMALL_CATALOGUE)))
+    migrated_cli.run("accesses", "grant", "1", "3")
+    command = [
+        str(migrated_cli.write_fixture(SMALL_CATALOGUE)) if arg == "FIXTURE" else arg for arg in command
+    ]
+
+    result = run_into_a_closed_pipe(migrated_cli, *command)
+
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+# Commands that work on an existing schema, each refused alike when the database is not usable.
+SCHEMA_COMMANDS = [
+    ["activity"],
+    ["accesses", "grant", "1", "3"],
+    ["load", "FIXTURE"],
+    ["serve", "--port", "PORT"],
+]
+
+
+def run_on(cli: Cli, url: str, command: list[str]) -> subprocess.CompletedProcess[str]:
+    replacements = {"FIXTURE": str(cli.write_fixture(SMALL_CATALOGUE)), "PORT": str(cli.port)}
+    return cli.with_database_url(url).run(*(replacements.get(arg, arg) for arg in command))
+
+
+@pytest.mark.parametrize("command", [["migrate"], *SCHEMA_COMMANDS])
+def test_a_missing_postgresql_database_is_one_line_telling_to_create_it(cli: Cli, command: list[str]) -> None:
+    require_service("PostgreSQL", "127.0.0.1", 5432)
+    url = f"postgresql://postgres@127.0.0.1:5432/{unique_name('mp_missing')}"
+
+    line = assert_one_line_error(run_on(cli, url, command))
+
+    assert line.startswith("marketplace: cannot connect to the database: database "), line
+    assert line.endswith(" does not exist (create it, then run `marketplace migrate`)"), line
+
+
+@pytest.mark.parametrize("command", [["migrate"], *SCHEMA_COMMANDS])
+def test_an_unreachable_postgresql_database_is_one_line(cli: Cli, command: list[str]) -> None:
+    url = f"postgresql://marketplace:s3cr3t-pw@127.0.0.1:{free_port()}/marketplace"
+
+    result = run_on(cli, url, command)
+
+    assert assert_one_line_error(result).startswith("marketplace: cannot reach the database: ")
+    assert "s3cr3t-pw" not in result.stderr + result.stdout
+
+
+@contextmanager
+def server_refusing_every_password() -> Iterator[int]:
+    """A PostgreSQL server, as far as the wire protocol's start goes, that asks for the password
+    and refuses it as a real server does (SQLSTATE 28P01); yields its port."""
+
+    def message(kind: bytes, payload: bytes) -> bytes:
+        return kind + struct.pack("!i", len(payload) + 4) + payload
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            connection: socket.socket = self.request
+            connection.settimeout(10)
+            while True:
+                (length,) = struct.unpack("!i", connection.recv(4, socket.MSG_WAITALL))
+                body = connection.recv(length - 4, socket.MSG_WAITALL)
+                if body[:4] == struct.pack("!i", 80877103):  # SSLRequest: none here
+                    connection.sendall(b"N")
+                    continue
+                break
+            connection.sendall(message(b"R", struct.pack("!i", 3)))  # cleartext password, please
+            connection.recv(65536)
+            fields = [
+                b"SFATAL",
+                b"VFATAL",
+                b"C28P01",
+                b'Mpassword authentication failed for user "marketplace"',
+            ]
+            connection.sendall(message(b"E", b"".join(field + b"\0" for field in fields) + b"\0"))
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as server:
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield int(server.server_address[1])
+        finally:
+            server.shutdown()
+
+
+@pytest.mark.parametrize("command", [["migrate"], *SCHEMA_COMMANDS])
+def test_a_wrong_postgresql_password_is_one_line_that_never_shows_it(cli: Cli, command: list[str]) -> None:
+    with server_refusing_every_password() as port:
+        result = run_on(cli, f"postgresql://marketplace:s3cr3t-pw@127.0.0.1:{port}/marketplace", command)
+
+    line = assert_one_line_error(result)
+    assert line == (
+        'marketplace: cannot connect to the database: password authentication failed for user "marketplace"'
+        " (check the user and password of MARKETPLACE_DATABASE_URL)"
+    )
+    assert "s3cr3t-pw" not in result.stderr + result.stdout
+
+
+def set_revision(database_url: str, revision: str, *, downgrade: bool = False) -> None:
+    """Puts the database's schema back at `revision` (`downgrade`), or only writes `revision` into
+    alembic_version, as a newer release's migration would have."""
+    from alembic import command as alembic_command
+    from sqlalchemy import Connection, text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from marketplace.database.engine import async_url
+    from marketplace.migrations.runner import alembic_config
+
+    def change(connection: Connection) -> None:
+        if downgrade:
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            alembic_command.downgrade(config, revision)
+        else:
+            connection.execute(
+                text("UPDATE alembic_version SET version_num = :revision"), {"revision": revision}
+            )
+
+    async def run() -> None:
+        engine = create_async_engine(async_url(database_url))
+        try:
+            async with engine.begin() as connection:
+                await connection.run_sync(change)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("command", SCHEMA_COMMANDS)
+def test_a_schema_older_than_the_code_is_refused_until_migrate(
+    cli: Cli, database_url: str, command: list[str]
+) -> None:
+    set_revision(database_url, "0004", downgrade=True)
+
+    line = assert_one_line_error(run_on(cli, database_url, command))
+
+    assert line == (
+        "marketplace: the database schema is older than this version of marketplace"
+        f" (revision 0004, expected {head_revision()}): run `marketplace migrate` first"
+    )
+    assert cli.with_database_url(database_url).run("migrate").returncode == 0
+    assert run_on(cli, database_url, ["activity"]).returncode == 0
+
+
+@pytest.mark.parametrize("command", [["migrate"], *SCHEMA_COMMANDS])
+def test_a_schema_newer_than_the_code_is_refused_by_every_command(
+    cli: Cli, database_url: str, command: list[str]
+) -> None:
+    set_revision(database_url, "9000_from_a_newer_release")
+
+    line = assert_one_line_error(run_on(cli, database_url, command))
+
+    assert line == (
+        "marketplace: the database schema is at revision 9000_from_a_newer_release, which this version of"
+        " marketplace does not know (a newer version migrated it): run that newer version, or restore a"
+        " backup taken before it migrated"
+    )
+
+
+@pytest.mark.parametrize("command", SCHEMA_COMMANDS)
+def test_a_command_needing_a_schema_never_creates_a_missing_sqlite_file(cli: Cli, command: list[str]) -> None:
+    line = assert_one_line_error(run_on(cli, f"sqlite:///{cli.database}", command))
+
+    assert line == (
+        f"marketplace: the SQLite database {cli.database} does not exist: run `marketplace migrate`"
+        " (or `marketplace demo`) to create it"
+    )
+    assert not cli.database.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "exit_code", "message"),
+    [
+        (["accesses", "grant", "1", "-1"], 1, "no resource '-1'"),
+        (["accesses", "revoke", "-2", "1", "--by", "alice"], 1, "no user '-2'"),
+        (["accesses", "grant", "--by", "-5", "1", "-1"], 1, "no resource '-1'"),
+        (["accesses", "grant", "1", "-1", "--bogus"], 2, "No such option '--bogus'."),
+    ],
+)
+def test_a_negative_number_given_as_an_id_is_read_as_that_id(
+    migrated_cli: Cli, command: list[str], exit_code: int, message: str
+) -> None:
+    migrated_cli.run("load", str(migrated_cli.write_fixture(SMALL_CATALOGUE)))
+
+    line = assert_one_line_error(migrated_cli.run(*command), exit_code)
+
+    assert line.startswith(f"marketplace: {message}"), line
+
+
+def test_load_refuses_a_version_number_the_resource_has_in_one_line(migrated_cli: Cli) -> None:
+    migrated_cli.run("load", str(migrated_cli.write_fixture(SMALL_CATALOGUE)))
+    before = table_contents(migrated_cli.database)
+    second = {"versions": [{"id": 21, "resource_id": 1, "version": "1.1.0"}]}
+
+    line = assert_one_line_error(
+        migrated_cli.run("load", str(migrated_cli.write_fixture(second, "second.json")))
+    )
+
+    assert line == "marketplace: versions[0].version: resource 1 already has version '1.1.0' (id 11)"
+    assert table_contents(migrated_cli.database) == before

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -17,7 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import make_url
 
+from marketplace.cli import served_base_url
 from marketplace.config import Settings
 from tests.catalogue import MEMBER_CHAT_ID, OWNER_CHAT_ID
 from tests.conftest import GRANT_SECRET
@@ -30,6 +33,7 @@ from tests.live import (
     standalone_settings,
     stop,
 )
+from tests.profiles import REDIS_URL, require_service, unique_name
 
 
 @pytest.fixture
@@ -37,6 +41,14 @@ def operator_settings(migrated_template: Path, tmp_path: Path) -> Settings:
     settings = standalone_settings(tmp_path, migrated_template)
     load_catalogue(settings)
     return settings
+
+
+def with_redis(settings: Settings) -> Settings:
+    """`settings` with the Redis that several workers share limits and caches in (a key prefix of
+    their own)."""
+    address = make_url(REDIS_URL)
+    require_service("Redis", address.host or "127.0.0.1", address.port or 6379)
+    return settings.model_copy(update={"redis_url": REDIS_URL, "redis_prefix": unique_name("mp_test") + ":"})
 
 
 def wait_for_lines(log: Path, needle: str, deadline_seconds: float = 10.0) -> list[str]:
@@ -111,7 +123,7 @@ def sample(exposition: str, name: str, **labels: str) -> float:
 
 
 def test_metrics_add_up_over_several_workers(operator_settings: Settings, tmp_path: Path) -> None:
-    with running_service(environment(operator_settings), tmp_path, "--workers", "2") as server:
+    with running_service(environment(with_redis(operator_settings)), tmp_path, "--workers", "2") as server:
         for _ in range(30):
             # A new connection each time, so that both workers answer some.
             with httpx.Client(base_url=server.base_url) as fresh:
@@ -136,7 +148,7 @@ def _mapped_files(pid: int) -> set[str]:
 def test_the_supervisor_of_several_workers_does_not_load_the_application(
     operator_settings: Settings, tmp_path: Path
 ) -> None:
-    with running_service(environment(operator_settings), tmp_path, "--workers", "2") as server:
+    with running_service(environment(with_redis(operator_settings)), tmp_path, "--workers", "2") as server:
         assert httpx.get(f"{server.base_url}/api/v1/resource/1").status_code == 200
         supervisor = _mapped_files(server.process.pid)
     # Compiled parts of the settings' validation and of the database drivers: a worker maps them,
@@ -234,7 +246,8 @@ def test_serve_answers_over_https_with_the_given_certificate_and_key(
 ) -> None:
     certificate, key = key_pair
     port = free_port()
-    process = serve_https(environment(operator_settings), tmp_path, port, certificate, key, workers)
+    settings = operator_settings if workers == "1" else with_redis(operator_settings)
+    process = serve_https(environment(settings), tmp_path, port, certificate, key, workers)
     trusted = ssl.create_default_context(cafile=str(certificate))
     try:
         with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=trusted, timeout=2.0) as client:
@@ -292,7 +305,7 @@ def test_a_platform_name_that_collides_with_a_route_is_refused_at_start_up(
         ),
         (
             {"MARKETPLACE_SSL_CERTFILE": "missing.pem", "MARKETPLACE_SSL_KEYFILE": "missing-key.pem"},
-            "cannot serve HTTPS with missing.pem and missing-key.pem: ",
+            "cannot read MARKETPLACE_SSL_CERTFILE missing.pem: No such file or directory",
         ),
     ],
 )
@@ -429,3 +442,131 @@ def test_a_fresh_server_has_every_limiter_series_at_zero_and_its_build_info(
         "database": "sqlite",
         "redis": "no",
     }
+
+
+def refusal_of(env: dict[str, str], workdir: Path, *serve_args: str, exit_code: int) -> str:
+    result = subprocess.run(
+        [MARKETPLACE, "serve", *serve_args],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == exit_code, result.stderr
+    [line] = result.stderr.splitlines()
+    return line
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_busy_port_is_refused_in_one_line(
+    operator_settings: Settings, tmp_path: Path, workers: str
+) -> None:
+    settings = operator_settings if workers == "1" else with_redis(operator_settings)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+
+        line = refusal_of(
+            environment(settings), tmp_path, "--port", str(port), "--workers", workers, exit_code=1
+        )
+
+    assert line == (
+        f"marketplace: cannot listen on 127.0.0.1:{port}: Address already in use"
+        " (another process listens there: stop it or choose another --port)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "missing"), [("--ssl-keyfile", "--ssl-certfile"), ("--ssl-certfile", "--ssl-keyfile")]
+)
+def test_half_a_key_pair_is_a_usage_error_naming_the_option_typed(
+    operator_settings: Settings, tmp_path: Path, given: str, missing: str
+) -> None:
+    variable = "MARKETPLACE_" + missing.removeprefix("--").replace("-", "_").upper()
+
+    line = refusal_of(environment(operator_settings), tmp_path, given, "some.pem", exit_code=2)
+
+    assert line == (
+        f"marketplace: {given} needs {missing} too (or {variable}): HTTPS takes both"
+        " (see `marketplace serve --help`)"
+    )
+
+
+def test_a_missing_certificate_file_is_refused_naming_the_option(
+    operator_settings: Settings, tmp_path: Path, key_pair: tuple[Path, Path]
+) -> None:
+    _, key = key_pair
+    args = ("--ssl-certfile", "missing.pem", "--ssl-keyfile", str(key))
+
+    line = refusal_of(environment(operator_settings), tmp_path, *args, exit_code=1)
+
+    assert line == "marketplace: cannot read --ssl-certfile missing.pem: No such file or directory"
+
+
+def test_several_workers_without_redis_are_refused_in_one_line(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    line = refusal_of(environment(operator_settings), tmp_path, "--workers", "3", exit_code=1)
+
+    assert line == (
+        "marketplace: --workers 3 needs MARKETPLACE_REDIS_URL: without Redis each worker would keep"
+        " its own limits and caches"
+    )
+
+
+def logo_of_resource_1(client: httpx.Client) -> str:
+    return str(client.get("/api/v1/resource/1").json()["logo"])
+
+
+def test_without_a_base_url_the_urls_follow_the_served_address(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    env = environment(operator_settings)
+    del env["MARKETPLACE_BASE_URL"]
+    with running_service(env, tmp_path) as server, httpx.Client(base_url=server.base_url) as client:
+        assert logo_of_resource_1(client).startswith(f"http://127.0.0.1:{server.port}/storage/")
+        next_page = client.get("/api/v1/resource/search?size=1").json()["next_page_url"]
+        assert next_page.startswith(f"http://127.0.0.1:{server.port}/api/v1/resource/search?")
+
+
+def test_without_a_base_url_the_urls_are_https_under_tls(
+    operator_settings: Settings, tmp_path: Path, key_pair: tuple[Path, Path]
+) -> None:
+    certificate, key = key_pair
+    env = environment(operator_settings)
+    del env["MARKETPLACE_BASE_URL"]
+    port = free_port()
+    process = serve_https(env, tmp_path, port, certificate, key)
+    trusted = ssl.create_default_context(cafile=str(certificate))
+    try:
+        with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=trusted, timeout=5.0) as client:
+            wait_for_https(client)
+            assert logo_of_resource_1(client) == f"https://127.0.0.1:{port}/storage/images/1.png"
+    finally:
+        stop(process)
+
+
+def test_a_set_base_url_wins_over_the_served_address(operator_settings: Settings, tmp_path: Path) -> None:
+    env = environment(operator_settings, MARKETPLACE_BASE_URL="https://market.example")
+    with running_service(env, tmp_path) as server, httpx.Client(base_url=server.base_url) as client:
+        assert logo_of_resource_1(client) == "https://market.example/storage/images/1.png"
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "tls", "expected"),
+    [
+        ("127.0.0.1", 9000, False, "http://127.0.0.1:9000"),
+        ("::1", 9000, True, "https://[::1]:9000"),
+        ("example.test", 443, True, "https://example.test"),
+        ("example.test", 80, False, "http://example.test"),
+        ("0.0.0.0", 8000, False, f"http://{socket.gethostname()}:8000"),
+        ("::", 8443, True, f"https://{socket.gethostname()}:8443"),
+    ],
+)
+def test_the_served_base_url_names_a_reachable_address(
+    host: str, port: int, tls: bool, expected: str
+) -> None:
+    assert served_base_url(host, port, tls=tls) == expected

@@ -27,6 +27,7 @@ from marketplace.backoffice import events
 from marketplace.backoffice.actions import Change, Refused, write_as_read
 from marketplace.backoffice.values import locked_by_id, parse_id
 from marketplace.catalogue.resources import NO_RELEASE_TEXT
+from marketplace.catalogue.versions import version_numbered, version_taken
 from marketplace.models import Resource, ResourceStatus, Version, utcnow
 
 STATUSES = tuple(status.value for status in ResourceStatus)
@@ -111,11 +112,9 @@ async def release(session: AsyncSession, reference: str, build: Release, *, prom
     """Add a version to the resource and, if `promote`, make it the current one."""
     fields = _version_fields(build)
     resource = await locked_resource(session, reference)
-    taken = await session.scalar(
-        select(Version.id).where(Version.resource_id == resource.id, Version.version == fields["version"])
-    )
+    taken = await version_numbered(session, resource.id, fields["version"])
     if taken is not None:
-        raise Refused(f"resource {resource.id} already has version {fields['version']!r} (id {taken})")
+        raise Refused(version_taken(resource.id, fields["version"], taken))
     current = await _current_number(session, resource)
     now = utcnow()
     version = Version(resource_id=resource.id, download=0, created_at=now, updated_at=now, **fields)

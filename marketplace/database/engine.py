@@ -55,6 +55,14 @@ def masked_url(raw: str) -> str:
     return _URL_PASSWORD.sub(r"\1***@", raw)
 
 
+def sqlite_file(raw: str) -> Path | None:
+    """The file of a SQLite database URL; None for another database or an in-memory one."""
+    url = async_url(raw)
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database).expanduser()
+
+
 def _parse(raw: str) -> URL:
     try:
         return make_url(raw)
@@ -76,8 +84,9 @@ def create_engine(settings: Settings, *, statement_timeout: float | None = None)
     connection are bounded by their settings in every case.
     """
     url = async_url(settings.database_url)
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        folder = Path(url.database).expanduser().resolve().parent
+    database_file = sqlite_file(settings.database_url)
+    if database_file is not None:
+        folder = database_file.resolve().parent
         if not folder.is_dir():
             raise DatabaseUrlError(
                 f"cannot open the SQLite database {url.database!r}: folder {folder} does not exist"

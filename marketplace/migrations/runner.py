@@ -8,6 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -22,6 +23,14 @@ def alembic_config() -> Config:
 
 def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def known_revision(revision: str) -> bool:
+    """Whether `revision` is one of this code's migrations (a newer release's is not)."""
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+    except CommandError:
+        return False
 
 
 async def upgrade_to_head(engine: AsyncEngine) -> None:

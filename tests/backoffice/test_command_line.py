@@ -14,8 +14,8 @@ from tests.profiles import sqlite_only
     ("args", "line"),
     [
         (
-            ("resources", "status", "-1", "draft"),
-            "marketplace: No such option '-1'. (see `marketplace resources status --help`)",
+            ("resources", "status", "1", "draft", "--bogus"),
+            "marketplace: No such option '--bogus'. (see `marketplace resources status --help`)",
         ),
         (
             ("payments", "confirm"),
