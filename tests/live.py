@@ -25,7 +25,7 @@ from marketplace.fixtures.loader import load_document
 from tests.catalogue import catalogue
 
 MARKETPLACE = str(Path(sys.executable).with_name("marketplace"))
-START_TIMEOUT_SECONDS = 20.0
+START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 15.0
 
 

@@ -373,7 +373,7 @@ PROCESS_SERIES = (
 def test_each_worker_has_its_own_process_series_labelled_by_pid(
     operator_settings: Settings, tmp_path: Path
 ) -> None:
-    with running_service(environment(operator_settings), tmp_path, "--workers", "2") as server:
+    with running_service(environment(with_redis(operator_settings)), tmp_path, "--workers", "2") as server:
 
         def both_workers(text: str) -> bool:
             return len(labelled_values(text, "process_start_time_seconds", "pid")) == 2
@@ -394,7 +394,7 @@ def test_each_worker_has_its_own_process_series_labelled_by_pid(
 def test_a_killed_workers_series_are_gone_from_the_next_scrape(
     operator_settings: Settings, tmp_path: Path
 ) -> None:
-    with running_service(environment(operator_settings), tmp_path, "--workers", "2") as server:
+    with running_service(environment(with_redis(operator_settings)), tmp_path, "--workers", "2") as server:
 
         def pids(text: str) -> set[str]:
             return set(labelled_values(text, "process_start_time_seconds", "pid"))
@@ -417,7 +417,7 @@ def test_a_killed_workers_series_are_gone_from_the_next_scrape(
 def test_a_fresh_server_has_every_limiter_series_at_zero_and_its_build_info(
     operator_settings: Settings, tmp_path: Path
 ) -> None:
-    with running_service(environment(operator_settings), tmp_path, "--workers", "2") as server:
+    with running_service(environment(with_redis(operator_settings)), tmp_path, "--workers", "2") as server:
         text = scrape_until(
             server.base_url, lambda text: len(labelled_values(text, "process_start_time_seconds", "pid")) == 2
         )
@@ -440,7 +440,7 @@ def test_a_fresh_server_has_every_limiter_series_at_zero_and_its_build_info(
         "version": metadata.version("marketplace"),
         "python": platform.python_version(),
         "database": "sqlite",
-        "redis": "no",
+        "redis": "yes",
     }
 
 
