@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from hypothesis import HealthCheck, example, given, seed, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from redis.crc import key_slot
@@ -20,11 +20,11 @@ from marketplace.http.cache import cache_key
 from marketplace.http.limits import WINDOW_SECONDS, Limit, TooManyRequests, enforce, limit_key
 from marketplace.stores import MemoryStore, RedisStore, Store, WindowCheck, WindowHit
 from marketplace.telemetry.metrics import STORE_ERRORS
-from tests.profiles import REDIS_URL, redis_cluster_url, require_service, unique_name
+from tests.profiles import REDIS_URL, redis_cluster_url, require_redis, unique_name
 
 
 def redis_store() -> RedisStore:
-    require_service("Redis", "127.0.0.1", 6379)
+    require_redis()
     return RedisStore(REDIS_URL, prefix=unique_name("mp_test") + ":")
 
 
@@ -77,13 +77,12 @@ stacks = st.lists(
 )
 
 
-@seed(20261124)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests=stacks)
 def test_a_stack_has_the_outcome_of_sequential_hits_on_every_store(
     requests: list[list[WindowCheck]],
 ) -> None:
-    require_service("Redis", "127.0.0.1", 6379)
+    require_redis()
 
     async def run() -> None:
         counts: dict[str, int] = {}
