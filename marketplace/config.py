@@ -94,6 +94,14 @@ class Settings(BaseSettings):
         TrustedProxies.parse(value)
         return value
 
+    @field_validator("redis_prefix")
+    @classmethod
+    def _usable_redis_prefix(cls, value: str) -> str:
+        problem = redis_prefix_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @field_validator("database_read_urls")
     @classmethod
     def _postgresql_replicas(cls, value: str, info: ValidationInfo) -> str:
@@ -171,3 +179,19 @@ class Settings(BaseSettings):
 
 def split_urls(setting: str) -> tuple[str, ...]:
     return tuple(url.strip() for url in setting.split(",") if url.strip())
+
+
+def redis_prefix_problem(prefix: str) -> str | None:
+    """Why `prefix` cannot begin every Redis key of the service, or None when it can.
+
+    Keys go to Redis as UTF-8, so the prefix is text UTF-8 can encode: no lone surrogate, which is
+    what Python makes of an environment variable's bytes that are not UTF-8 (every command would
+    fail). A hash tag in it (`{...}`) would move the keys out of the slots their own tags choose.
+    """
+    try:
+        prefix.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"not UTF-8 text (character {error.start + 1} is {prefix[error.start]!a})"
+    if "{" in prefix or "}" in prefix:
+        return "{ and } are not allowed (a Redis Cluster hash tag)"
+    return None

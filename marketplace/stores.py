@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
+from marketplace.config import redis_prefix_problem
 from marketplace.telemetry.logs import start_background
 from marketplace.telemetry.metrics import STORE_ERRORS
 
@@ -449,6 +450,9 @@ class RedisStore:
     BATCH_SIZE = 256
 
     def __init__(self, url: str, prefix: str = "marketplace:") -> None:
+        problem = redis_prefix_problem(prefix)
+        if problem:
+            raise ValueError(f"Redis key prefix {prefix!a}: {problem}")
         scheme, _, rest = url.partition("://")
         self._redis: Redis | RedisCluster
         if scheme in CLUSTER_SCHEMES:

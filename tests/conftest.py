@@ -1,13 +1,16 @@
-"""Shared fixtures: a migrated database per test, the app on it, and a local upstream server."""
+"""Shared fixtures: a migrated database per test, the app on it, and a local upstream server; and
+the Hypothesis profiles the property tests and the fuzzing run under."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import hypothesis
 import pytest
 from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,10 +27,13 @@ from tests.platform_names import RENAMED, ContractWordsTransport
 from tests.profiles import (
     POSTGRES_ADMIN_URL,
     REDIS_URL,
+    THIS_PROCESS_KEYS,
     VIA_POOLER,
+    forget_redis_keys,
     postgres_admin,
     require_pooler,
-    require_service,
+    require_postgresql,
+    require_redis,
     through_pooler,
     unique_name,
 )
@@ -35,6 +41,37 @@ from tests.topology import standby, standby_database, standby_topology  # noqa: 
 from tests.upstream import FakeUpstream
 
 GRANT_SECRET = "correct horse battery staple"
+
+# Hypothesis profiles, chosen by HYPOTHESIS_PROFILE (or `pytest --hypothesis-profile NAME`).
+# `ci`, the default: every run on every machine tries the same examples (derandomized: drawn from
+# a hash of each test), and nothing is kept between runs (no example database), so a fresh checkout
+# passes or fails as CI does and one bad draw cannot haunt every later run. A failure prints its
+# example and the blob `@reproduce_failure` takes. No deadline: the suite shares two cores, and
+# speed is never asserted. `explore`: random draws, still with no database, to look for new
+# failures; one found there becomes an `@example` of its test.
+for _name, _derandomize in (("ci", True), ("explore", False)):
+    hypothesis.settings.register_profile(
+        _name,
+        derandomize=_derandomize,
+        database=None,
+        print_blob=True,
+        deadline=None,
+        suppress_health_check=[hypothesis.HealthCheck.too_slow],
+    )
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def forget_the_runs_redis_keys() -> Iterator[None]:
+    """The keys the run's tests wrote to the test Redis (under prefixes of this process's
+    `unique_name`s, services they started included) are deleted when the run ends."""
+    yield
+    from redis.exceptions import ConnectionError as RedisUnreachable
+
+    try:
+        forget_redis_keys(THIS_PROCESS_KEYS)
+    except RedisUnreachable:
+        pass  # no Redis: nothing was written to it
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +95,7 @@ def postgres_template() -> Iterator[str]:
     """A migrated PostgreSQL database that each test's database is created from."""
     import asyncio
 
-    require_service("PostgreSQL", "127.0.0.1", 5432)
+    require_postgresql()
     name = unique_name("mp_template")
     postgres_admin(f'CREATE DATABASE "{name}"')
     url = make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
@@ -77,8 +114,8 @@ def postgres_template() -> Iterator[str]:
 def profile(request: pytest.FixtureRequest) -> str:
     """Which profile the test runs on: SQLite + in-process store, or PostgreSQL + Redis."""
     if request.param == "postgresql":
-        require_service("PostgreSQL", "127.0.0.1", 5432)
-        require_service("Redis", "127.0.0.1", 6379)
+        require_postgresql()
+        require_redis()
         if VIA_POOLER:
             require_pooler()
     return str(request.param)

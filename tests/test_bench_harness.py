@@ -37,7 +37,7 @@ from bench.wrk_run import WrkResult, parse_summary, run_wrk, wrk_available
 from marketplace.app import build_app
 from marketplace.config import Settings
 from marketplace.services import build_services
-from tests.profiles import POSTGRES_ADMIN_URL, postgres_admin, require_service, unique_name
+from tests.profiles import POSTGRES_ADMIN_URL, postgres_admin, require_postgresql, unique_name
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 SMALL = 50
@@ -124,7 +124,7 @@ async def test_sqlite_fill_answers_every_route(tmp_path: Path) -> None:
 
 @pytest.fixture
 def postgresql_database() -> Iterator[str]:
-    require_service("PostgreSQL", "127.0.0.1", 5432)
+    require_postgresql()
     name = unique_name("mp_bench")
     yield name
     postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from marketplace.config import Settings
 from marketplace.serving import MAX_HEAD_BYTES
 from tests.catalogue import MEMBER_CHAT_ID
 from tests.conftest import GRANT_SECRET
@@ -222,3 +223,48 @@ def test_many_concurrent_slow_clients_leave_the_service_answering(live: LiveServ
         thread.join()
         for connection in connections:
             connection.close()
+
+
+# The UTF-8 form of the lone surrogate U+D800 (invalid UTF-8), and what a UTF-8 decoder that
+# replaces makes of it: three U+FFFD.
+LONE_SURROGATE = b"%ED%A0%80"
+REPLACED = b"%EF%BF%BD" * 3
+
+
+# Each target with the parameter in place of {}: path parameters of each kind and query values.
+TARGETS = [
+    (b"POST", b"/api/v1/licence/{}"),
+    (b"GET", b"/api/v1/gift/{}"),
+    (b"GET", b"/api/v1/resource/{}"),
+    (b"GET", b"/api/v1/resource/user?name={}"),
+    (b"GET", b"/api/v1/resource/search?q={}"),
+    (b"POST", b"/api/v1/chat/{}"),
+    (b"GET", b"/api/v1/chat/{}"),
+    (b"GET", b"/api/v1/stats/url/{}"),
+    (b"GET", b"/api/v1/stats/1/{}"),
+]
+
+
+def test_a_lone_surrogate_in_a_path_or_query_is_read_as_replacement_characters(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """No HTTP input reaches the service as text holding a lone surrogate, the one text a limiter or
+    cache key could not be encoded from (limits.limit_key, cache.cache_key): uvicorn decodes a path's
+    percent-escapes as UTF-8 replacing what is invalid (U+FFFD), the query string and form fields
+    are decoded the same way (http/input.py), headers (X-Forwarded-For, the client address) as
+    latin-1, and a JSON body's `\\ud800` escapes are refused (http/input.py). So a lone surrogate's
+    UTF-8 bytes in a path parameter or the query are answered as three U+FFFD would be, never with a
+    server error; on the PostgreSQL + Redis profile they reach the limiter keys Redis counts."""
+    load_catalogue(settings)
+    with running_service(environment(settings, MARKETPLACE_ACCESS_LOG="false"), tmp_path) as server:
+
+        def answer(method: bytes, target: bytes) -> tuple[int, bytes]:
+            head = b" HTTP/1.1\r\nHost: marketplace.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            raw = exchange(server.port, method + b" " + target + head)
+            return status_of(raw), body_of(raw)
+
+        for method, target in TARGETS:
+            surrogate = answer(method, target.replace(b"{}", LONE_SURROGATE))
+            replaced = answer(method, target.replace(b"{}", REPLACED))
+            assert surrogate[0] < 500, (target, surrogate)
+            assert surrogate == replaced, target

@@ -19,7 +19,15 @@ import pytest
 from marketplace.health import REDIS_DEGRADED
 from tests.catalogue import catalogue
 from tests.live import MARKETPLACE, free_port, stop, wait_until_up
-from tests.profiles import POSTGRES_ADMIN_URL, REDIS_URL, postgres_admin, require_service, unique_name
+from tests.profiles import (
+    POSTGRES_ADMIN_URL,
+    REDIS_URL,
+    postgres_admin,
+    require_postgresql,
+    require_redis,
+    require_service,
+    unique_name,
+)
 from tests.upstream import FakeUpstream
 
 
@@ -27,8 +35,8 @@ from tests.upstream import FakeUpstream
 def production_env(tmp_path: Path, upstream: FakeUpstream) -> Iterator[dict[str, str]]:
     """Environment of a service on a fresh PostgreSQL database and a private Redis key prefix,
     migrated and loaded with the test catalogue through the command line."""
-    require_service("PostgreSQL", "127.0.0.1", 5432)
-    require_service("Redis", "127.0.0.1", 6379)
+    require_postgresql()
+    require_redis()
     name = unique_name("mp_prod")
     postgres_admin(f'CREATE DATABASE "{name}"')
     database_url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"

@@ -1,4 +1,5 @@
-"""Properties that hold for every input, checked on generated ones (Hypothesis, fixed seed):
+"""Properties that hold for every input, checked on generated ones (Hypothesis: the same ones on every run,
+the profile of tests/conftest.py):
 input parsing is linear and never raises, the paginator's links are well formed for any page of
 any catalogue, prices print as PHP prints them, and the JSON encoder gives PHP's bytes."""
 
@@ -12,7 +13,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.requests import Request
 from starlette.types import Message
@@ -23,7 +24,6 @@ from marketplace.http.pagination import NEXT_LABEL, PREVIOUS_LABEL, paginator_en
 from tests.asgi import http_scope
 from tests.steps import growth
 
-SEED = 20261123
 PATH = "http://marketplace.test/api/v1/resource/search"
 property_settings = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -31,7 +31,6 @@ property_settings = settings(max_examples=200, deadline=None, suppress_health_ch
 query_text = st.text(alphabet="ab01[]=&%+.-_ \u00e9", max_size=40)
 
 
-@seed(SEED)
 @property_settings
 @given(query_text)
 def test_parsing_a_query_never_raises_and_gives_a_map_of_names(raw: str) -> None:
@@ -40,7 +39,6 @@ def test_parsing_a_query_never_raises_and_gives_a_map_of_names(raw: str) -> None
     assert all(isinstance(name, str) and name for name in parsed)
 
 
-@seed(SEED)
 @settings(max_examples=40, deadline=None)
 @given(st.text(alphabet="ab01[]=&%+", min_size=1, max_size=12).filter(lambda unit: "=" in unit))
 def test_parsing_a_query_is_linear_in_its_length(unit: str) -> None:
@@ -49,14 +47,12 @@ def test_parsing_a_query_is_linear_in_its_length(unit: str) -> None:
     assert growth(parse_query, pair * 40, pair * 400) <= 12
 
 
-@seed(SEED)
 @property_settings
 @given(st.binary(max_size=200))
 def test_decoding_any_bytes_as_json_never_raises(body: bytes) -> None:
     decode_json(body)
 
 
-@seed(SEED)
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([b"[", b'{"a":', b'"\\u00e9",', b"1,", b'{"k":"v"},']))
 def test_decoding_and_cleaning_json_is_linear_in_its_length(piece: bytes) -> None:
@@ -80,7 +76,6 @@ json_values = st.recursive(
 )
 
 
-@seed(SEED)
 @property_settings
 @given(json_values, st.sampled_from(["application/json", "application/x-www-form-urlencoded", "text/plain"]))
 def test_reading_any_body_never_raises(value: Any, content_type: str) -> None:
@@ -102,7 +97,6 @@ def test_reading_any_body_never_raises(value: Any, content_type: str) -> None:
     asyncio.run(read())
 
 
-@seed(SEED)
 @property_settings
 @given(json_values)
 def test_cleaning_keeps_the_shape_and_trims_every_string(value: Any) -> None:
@@ -129,7 +123,6 @@ def page_entries(links: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return links[1:-1]
 
 
-@seed(SEED)
 @settings(max_examples=400, deadline=None)
 @given(total=st.integers(0, 10**7), per_page=st.integers(1, 25), page=st.integers(1, 10**6))
 def test_paginator_links_are_well_formed_for_any_page(total: int, per_page: int, page: int) -> None:
@@ -174,7 +167,6 @@ def test_paginator_links_are_well_formed_for_any_page(total: int, per_page: int,
     assert body["last_page"] == last and body["total"] == total
 
 
-@seed(SEED)
 @property_settings
 @given(
     st.decimals(
@@ -191,7 +183,6 @@ def test_prices_print_as_php_prints_them(amount: Decimal) -> None:
         assert re.fullmatch(r"[0-9]+\.[0-9]*[1-9]", printed)
 
 
-@seed(SEED)
 @property_settings
 @given(json_values)
 def test_the_encoder_gives_php_bytes_that_decode_to_the_same_value(value: Any) -> None:
@@ -204,7 +195,6 @@ def test_the_encoder_gives_php_bytes_that_decode_to_the_same_value(value: Any) -
     assert all(digits == digits.lower() for digits in re.findall(r"\\u(.{4})", unescaped))
 
 
-@seed(SEED)
 @property_settings
 @given(st.integers(-(2**53), 2**53))
 def test_integral_floats_print_as_integers(number: int) -> None:
@@ -212,7 +202,6 @@ def test_integral_floats_print_as_integers(number: int) -> None:
     assert encode({"a": [float(number)]}) == b'{"a":[' + str(number).encode() + b"]}"
 
 
-@seed(20261123)
 @settings(max_examples=400, deadline=None)
 @given(literal=st.text(max_size=4), name=st.text(max_size=8))
 def test_the_sqlite_name_range_holds_exactly_the_names_starting_with_the_prefix(

@@ -1,6 +1,7 @@
 """Stacks of limiters checked at once (`Store.hit_all`): the same outcome as one `hit` after another
 on both stores, one Redis round trip for the stacks of concurrent requests, exact counts under
-concurrency, failing open on a dead Redis, and keys that keep a stack in one Redis Cluster slot."""
+concurrency, failing open on a dead Redis, and keys that keep a stack in one Redis Cluster slot,
+whatever text they are made of."""
 
 from __future__ import annotations
 
@@ -8,20 +9,22 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from redis.crc import key_slot
 
 from marketplace.api.v1 import api_limits, licence_limits, search_limits
+from marketplace.config import Settings, redis_prefix_problem
 from marketplace.http.cache import cache_key
 from marketplace.http.limits import WINDOW_SECONDS, Limit, TooManyRequests, enforce, limit_key
 from marketplace.stores import MemoryStore, RedisStore, Store, WindowCheck, WindowHit
 from marketplace.telemetry.metrics import STORE_ERRORS
-from tests.profiles import REDIS_URL, redis_cluster_url, require_service, unique_name
+from tests.profiles import REDIS_URL, redis_cluster_url, require_redis, unique_name
 
 
 def redis_store() -> RedisStore:
-    require_service("Redis", "127.0.0.1", 6379)
+    require_redis()
     return RedisStore(REDIS_URL, prefix=unique_name("mp_test") + ":")
 
 
@@ -74,13 +77,12 @@ stacks = st.lists(
 )
 
 
-@seed(20261124)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests=stacks)
 def test_a_stack_has_the_outcome_of_sequential_hits_on_every_store(
     requests: list[list[WindowCheck]],
 ) -> None:
-    require_service("Redis", "127.0.0.1", 6379)
+    require_redis()
 
     async def run() -> None:
         counts: dict[str, int] = {}
@@ -226,13 +228,20 @@ def slot(prefix: str, key: str) -> int:
     return key_slot((prefix + key).encode("utf-8"))
 
 
+# Any text Python holds, lone surrogates included (`st.text()` leaves them out).
+any_text = st.characters()
+# The prefixes the settings accept (`redis_prefix_problem`).
+usable_prefixes = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="{}"), max_size=20)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
-    address=st.text(min_size=1, max_size=45),
-    other_address=st.text(min_size=1, max_size=45),
-    key=st.text(max_size=300),
-    prefix=st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=20),
+    address=st.text(any_text, min_size=1, max_size=45),
+    other_address=st.text(any_text, min_size=1, max_size=45),
+    key=st.text(any_text, max_size=300),
+    prefix=usable_prefixes,
 )
+@example(address="203.0.113.9", other_address="\ud800", key="\udfff", prefix="marketplace:")
 def test_the_limiters_of_one_address_share_a_slot_and_a_shared_limiter_keeps_its_own(
     address: str, other_address: str, key: str, prefix: str
 ) -> None:
@@ -248,12 +257,44 @@ def test_the_limiters_of_one_address_share_a_slot_and_a_shared_limiter_keeps_its
 
 @given(
     namespace=st.sampled_from(["chat", "stats", "resource"]),
-    parts=st.lists(st.text(max_size=50), max_size=4),
-    prefix=st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=20),
+    parts=st.lists(st.text(any_text, max_size=50), max_size=4),
+    prefix=usable_prefixes,
 )
+@example(namespace="chat", parts=["\ud800"], prefix="marketplace:")
 def test_a_cached_answer_and_its_claim_share_a_slot(namespace: str, parts: list[str], prefix: str) -> None:
     key = cache_key(namespace, *parts)
     assert slot(prefix, key) == slot(prefix, "claim:" + key)
+
+
+def test_keys_of_text_that_utf8_encodes_are_the_digests_they_always_were() -> None:
+    # Changing them would reset every window and cached answer of a running service on upgrade.
+    assert limit_key("licence", "key", "Économie+") == (
+        "limit:{001ac8b26eed8c5c}:d22c93055355a1544ff30190e1f9e95110a05d61"
+    )
+    assert (
+        cache_key("chat", "81384788765712384", "é") == "cache:chat:{8e6c078455f4dbbcb2752e55e98e4efe02da3b06}"
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=st.text(any_text, max_size=20))
+@example(prefix="\ud800")  # found by chance once; every Redis command then failed
+@example(prefix="\udced\udca0\udc80")  # the bytes ED A0 80 of an environment variable
+@example(prefix="app{1}:")
+def test_a_redis_prefix_is_utf8_text_without_a_hash_tag_or_refused_by_the_settings(prefix: str) -> None:
+    problem = redis_prefix_problem(prefix)
+    if problem is None:
+        assert slot(prefix, limit_key("api", "203.0.113.9")) == slot("", limit_key("api", "203.0.113.9"))
+        assert Settings(_env_file=None, redis_prefix=prefix).redis_prefix == prefix  # type: ignore[call-arg]
+        return
+    with pytest.raises(ValidationError, match="redis_prefix"):
+        Settings(_env_file=None, redis_prefix=prefix)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("prefix", ["\ud800:", "mp{x}:"])
+async def test_a_redis_store_refuses_a_prefix_redis_keys_cannot_begin_with(prefix: str) -> None:
+    with pytest.raises(ValueError, match="Redis key prefix"):
+        RedisStore(REDIS_URL, prefix=prefix)
 
 
 async def test_on_a_cluster_a_stack_is_one_script_call_per_run_of_one_slot() -> None:

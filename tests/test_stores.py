@@ -7,12 +7,12 @@ import tracemalloc
 from collections.abc import AsyncIterator
 
 import pytest
-from hypothesis import given, seed, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marketplace.stores import MemoryStore, RedisStore, Store
 from tests.api.helpers import Clock
-from tests.profiles import REDIS_URL, require_service, unique_name
+from tests.profiles import REDIS_URL, require_redis, unique_name
 
 
 async def test_windows_beyond_the_cap_are_folded_so_memory_stays_bounded() -> None:
@@ -49,7 +49,6 @@ async def test_a_folded_client_resumes_its_count_and_cannot_exceed_its_budget() 
     assert (await store.hit("greedy", 3, 60)).allowed
 
 
-@seed(20261123)
 @settings(max_examples=60, deadline=None)
 @given(
     hits=st.lists(
@@ -108,7 +107,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     if request.param == "memory":
         yield MemoryStore()
         return
-    require_service("Redis", "127.0.0.1", 6379)
+    require_redis()
     redis = RedisStore(REDIS_URL, prefix=unique_name("mp_test") + ":")
     yield redis
     await redis.close()

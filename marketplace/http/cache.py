@@ -22,7 +22,8 @@ Produce = Callable[[], Awaitable[bytes | None]]
 
 
 def cache_key(namespace: str, *parts: str) -> str:
-    digest = hashlib.sha1("\x00".join(parts).encode("utf-8")).hexdigest()
+    """The store key of an answer; any text has one, as for `limits.limit_key`."""
+    digest = hashlib.sha1("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
     return f"cache:{namespace}:{{{digest}}}"
 
 

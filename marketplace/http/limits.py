@@ -52,9 +52,14 @@ def limit_key(*parts: str) -> str:
     Path keys are caller-chosen text of any length: the key holds fixed-size digests of them. The
     digest of the last part is also the key's Redis Cluster hash tag, so that the limiters of one
     client address share a slot and a request's stack of them is one script call on a cluster.
+    Any Python text has a digest, a lone surrogate too (`surrogatepass`; other text digests as
+    UTF-8, as before). No HTTP input brings one (tests/test_live_http.py), but a key must never
+    be what fails a request.
     """
-    subject = hashlib.sha1(parts[-1].encode("utf-8")).hexdigest()[:16] if parts else ""
-    return f"limit:{{{subject}}}:" + hashlib.sha1("|".join(parts).encode("utf-8")).hexdigest()
+    subject = hashlib.sha1(parts[-1].encode("utf-8", "surrogatepass")).hexdigest()[:16] if parts else ""
+    return (
+        f"limit:{{{subject}}}:" + hashlib.sha1("|".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    )
 
 
 class TooManyRequests(Exception):

@@ -11,7 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, make_url, select
 
 from marketplace.importer.mapping import Notes, Skip, map_gift
 from marketplace.importer.run import EarlierImport, ImportReport
@@ -44,7 +44,8 @@ def earlier_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
         build_earlier_database(url)
         yield url
         return
-    require_service("MariaDB", "127.0.0.1", 3306)
+    mariadb = make_url(MARIADB_URL)
+    require_service("MariaDB", mariadb.host or "127.0.0.1", mariadb.port or 3306)
     name = unique_name("mp_earlier")
     _mariadb_admin(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
     url = MARIADB_URL.rsplit("/", 1)[0] + f"/{name}"
