@@ -24,10 +24,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import make_url
 
 from marketplace.fixtures.loader import COLLECTIONS
 from marketplace.migrations.runner import head_revision
-from tests.profiles import require_service, unique_name
+from tests.profiles import POSTGRES_ADMIN_URL, require_postgresql, unique_name
 
 MARKETPLACE = str(Path(sys.executable).with_name("marketplace"))
 DEMO_MODULE = Path(__file__).resolve().parents[1] / "marketplace" / "fixtures" / "demo.py"
@@ -575,8 +576,8 @@ def run_on(cli: Cli, url: str, command: list[str]) -> subprocess.CompletedProces
 
 @pytest.mark.parametrize("command", [["migrate"], *SCHEMA_COMMANDS])
 def test_a_missing_postgresql_database_is_one_line_telling_to_create_it(cli: Cli, command: list[str]) -> None:
-    require_service("PostgreSQL", "127.0.0.1", 5432)
-    url = f"postgresql://postgres@127.0.0.1:5432/{unique_name('mp_missing')}"
+    require_postgresql()
+    url = make_url(POSTGRES_ADMIN_URL).set(database=unique_name("mp_missing")).render_as_string(False)
 
     line = assert_one_line_error(run_on(cli, url, command))
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import make_url
 
 from marketplace.cli import served_base_url
 from marketplace.config import Settings
@@ -33,7 +32,7 @@ from tests.live import (
     standalone_settings,
     stop,
 )
-from tests.profiles import REDIS_URL, require_service, unique_name
+from tests.profiles import REDIS_URL, require_redis, unique_name
 
 
 @pytest.fixture
@@ -46,8 +45,7 @@ def operator_settings(migrated_template: Path, tmp_path: Path) -> Settings:
 def with_redis(settings: Settings) -> Settings:
     """`settings` with the Redis that several workers share limits and caches in (a key prefix of
     their own)."""
-    address = make_url(REDIS_URL)
-    require_service("Redis", address.host or "127.0.0.1", address.port or 6379)
+    require_redis()
     return settings.model_copy(update={"redis_url": REDIS_URL, "redis_prefix": unique_name("mp_test") + ":"})
 
 
