@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from sqlalchemy import Integer, Select, String, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -118,21 +119,68 @@ async def active_author(reader: Reader, user_id: int) -> Author | None:
     return Author(*rows[0]) if rows else None
 
 
-async def member_by_chat_id(session: AsyncSession, chat_id: str) -> User | None:
+def _linked_member(*columns: Any) -> Select[Any]:
+    """The not closed, not deleted user who linked the chat account `chat_id`: one way to find a
+    member, whether a read or a write path asks."""
+    return (
+        select(*columns)
+        .join(ChatAccount, ChatAccount.user_id == User.id)
+        .where(
+            ChatAccount.chat_id == bindparam("chat_id", None, type_=String),
+            User.deleted_at.is_(None),
+            User.closed.is_(False),
+        )
+    )
+
+
+MEMBER_BY_CHAT_ID = Read(_linked_member(User.id, User.name, User.avatar), "chat_id")
+
+ACTIVE_ACCESSES = Read(
+    select(
+        Access.id, Access.user_id, Access.resource_id, Access.payment_id, Access.created_at, Access.updated_at
+    )
+    .where(Access.user_id == bindparam("user_id", None, type_=Integer), Access.revoked.is_(False))
+    .order_by(Access.id),
+    "user_id",
+)
+
+
+class Member(NamedTuple):
+    """A member as the chat bot sees them."""
+
+    id: int
+    name: str
+    avatar: str | None
+
+
+class ActiveAccess(NamedTuple):
+    """An access that was not revoked, as the chat bot lists it."""
+
+    id: int
+    user_id: int
+    resource_id: int
+    payment_id: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+async def member_by_chat_id(reader: Reader, chat_id: str) -> Member | None:
     """The member who linked this chat account; None when nobody did or the account is closed or deleted."""
     if not storable(chat_id, CHAT_ID_LENGTH):
         return None
-    result = await session.execute(
-        select(User)
-        .join(ChatAccount, ChatAccount.user_id == User.id)
-        .where(ChatAccount.chat_id == chat_id, User.deleted_at.is_(None), User.closed.is_(False))
-    )
-    return result.scalars().first()
+    rows = await reader.point(MEMBER_BY_CHAT_ID, chat_id)
+    return Member(*rows[0]) if rows else None
 
 
-async def active_accesses(session: AsyncSession, user_id: int) -> list[Access]:
+async def active_accesses(reader: Reader, user_id: int) -> list[ActiveAccess]:
     """The member's accesses that were not revoked, by ascending id."""
-    result = await session.execute(
-        select(Access).where(Access.user_id == user_id, Access.revoked.is_(False)).order_by(Access.id)
-    )
-    return list(result.scalars())
+    return [ActiveAccess(*row) for row in await reader.point(ACTIVE_ACCESSES, user_id)]
+
+
+async def member_id_by_chat_id(session: AsyncSession, chat_id: str) -> int | None:
+    """`member_by_chat_id` inside a write's transaction: the member's id."""
+    if not storable(chat_id, CHAT_ID_LENGTH):
+        return None
+    result = await session.execute(_linked_member(User.id), {"chat_id": chat_id})
+    member_id: int | None = result.scalars().first()
+    return member_id

@@ -34,21 +34,21 @@ async def member_accesses(call: ApiCall) -> Response:
     chat_id = (await call.input()).get(settings.chat_name)
     if not isinstance(chat_id, str):
         raise ApiError(400, settings.platform_names.chat_not_found)
-    async with call.services.sessions() as session:
-        member = await members.member_by_chat_id(session, chat_id)
-        if member is None:
-            raise NotFound()
-        accesses = await members.active_accesses(session, member.id)
+    reader = call.services.reads.reader
+    member = await members.member_by_chat_id(reader, chat_id)
+    if member is None:
+        raise NotFound()
+    accesses = await members.active_accesses(reader, member.id)
     return JsonAnswer([access_object(access) for access in accesses])
 
 
 async def member(call: ApiCall) -> Response:
     settings = call.services.settings
-    async with call.services.sessions() as session:
-        user = await members.member_by_chat_id(session, call.params["user"])
-        if user is None:
-            raise NotFound()
-        accesses = await members.active_accesses(session, user.id)
+    reader = call.services.reads.reader
+    user = await members.member_by_chat_id(reader, call.params["user"])
+    if user is None:
+        raise NotFound()
+    accesses = await members.active_accesses(reader, user.id)
     return JsonAnswer(
         {
             "user": {"name": user.name, "id": user.id, "avatar": storage_url(settings, user.avatar)},
@@ -74,12 +74,12 @@ async def grant(call: ApiCall) -> Response:
             resource = await bound_resource(session, call.params["resource"])
             if not secret_matches(password, services.settings.chat_grant_secret):
                 raise ApiError(403, "")
-            user = await members.member_by_chat_id(session, call.params["user"])
-            if user is None:
+            user_id = await members.member_id_by_chat_id(session, call.params["user"])
+            if user_id is None:
                 raise NotFound()
             return await grant_access(
                 session,
-                user_id=user.id,
+                user_id=user_id,
                 resource_id=resource.id,
                 via=call.route.name,
                 ip_hash=services.hash_ip(call.client_ip),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from marketplace.catalogue.members import ActiveAccess
 from marketplace.catalogue.resources import ResourceCard, VersionRow
 from marketplace.config import Settings
 from marketplace.http.json import json_number, timestamp
-from marketplace.models import Access
 
 
 def storage_url(settings: Settings, path: str | None) -> str | None:
@@ -52,7 +52,7 @@ def resource_object(card: ResourceCard, settings: Settings) -> dict[str, Any]:
     }
 
 
-def access_object(access: Access) -> dict[str, Any]:
+def access_object(access: ActiveAccess) -> dict[str, Any]:
     return {
         "id": access.id,
         "user_id": access.user_id,
