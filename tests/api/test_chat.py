@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from marketplace.database.readers import observed_reads
 from tests.catalogue import CLOSED_MEMBER_CHAT_ID, DELETED_MEMBER_CHAT_ID, MEMBER_CHAT_ID, OWNER_CHAT_ID
 from tests.conftest import Loader
 from tests.platform_names import contract_and_renamed
@@ -194,6 +196,46 @@ async def test_member_for_an_unlinked_or_gone_chat_user_is_404(client: httpx.Asy
     for case, chat_id in GONE_CHAT_IDS:
         response = await client.post(f"/api/v1/chat/{chat_id}")
         assert (response.status_code, response.content) == (404, NOT_FOUND), case
+
+
+async def test_member_plugins_are_the_unrevoked_accesses_by_ascending_id_on_every_database(
+    client: httpx.AsyncClient, load: Loader
+) -> None:
+    await load(CARLA)
+    response = await client.post(f"/api/v1/chat/{CARLA_CHAT_ID}")
+    assert response.status_code == 200
+    assert response.content.endswith(b'"plugins":' + CARLA_ACCESSES + b"}")
+
+
+async def test_member_of_a_closed_or_deleted_account_is_404_on_every_database(
+    client: httpx.AsyncClient,
+) -> None:
+    for case, chat_id in GONE_CHAT_IDS:
+        response = await client.post(f"/api/v1/chat/{chat_id}")
+        assert (response.status_code, response.content) == (404, NOT_FOUND), case
+
+
+@sqlite_only
+async def test_member_is_two_point_reads_of_the_workers_reader(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    reads: list[str] = []
+    with observed_reads(engine, reads.append):
+        response = await client.post(f"/api/v1/chat/{MEMBER_CHAT_ID}")
+    assert response.status_code == 200
+    assert [("chat_accounts" in sql, "accesses" in sql) for sql in reads] == [(True, False), (False, True)]
+
+
+@sqlite_only
+async def test_member_of_an_unstorable_chat_id_is_404_without_a_read(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    reads: list[str] = []
+    with observed_reads(engine, reads.append):
+        for chat_id in ("1" * 33, "12%0034"):
+            response = await client.post(f"/api/v1/chat/{chat_id}")
+            assert (response.status_code, response.content) == (404, NOT_FOUND), chat_id
+    assert reads == []
 
 
 @sqlite_only
