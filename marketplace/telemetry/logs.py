@@ -143,7 +143,7 @@ class QueuedLineHandler(logging.Handler):
         written.wait(timeout)
 
     def close(self) -> None:
-        self.flush()
+        # The logging module flushes a handler right before it closes it (at exit too).
         self._closed = True
         self._wake.set()
         super().close()
