@@ -20,12 +20,14 @@ import json
 import logging
 import os
 import select
+import signal
 import threading
 import weakref
 from collections import deque
 from collections.abc import Coroutine
 from contextvars import Context, ContextVar
 from datetime import UTC, datetime
+from types import FrameType
 from typing import IO, Any, Literal
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
@@ -96,6 +98,7 @@ class QueuedLineHandler(logging.Handler):
         flush_seconds: float = FLUSH_SECONDS,
         batch_lines: int = BATCH_LINES,
         max_pending_lines: int = MAX_PENDING_LINES,
+        write_out_on_sigterm: bool = False,
     ) -> None:
         super().__init__()
         self.stream = stream
@@ -107,6 +110,8 @@ class QueuedLineHandler(logging.Handler):
         self._writer: threading.Thread | None = None
         self._closed = False
         _line_writers.add(self)
+        if write_out_on_sigterm:
+            _write_out_on_sigterm()
 
     def handle(self, record: logging.LogRecord) -> bool:
         # No lock: appending to the queue is atomic, and only the writer takes lines out of it.
@@ -230,6 +235,25 @@ def flush_log_lines(timeout: float = FINAL_FLUSH_SECONDS) -> None:
         handler.flush(timeout)
 
 
+def _write_out_on_sigterm() -> None:
+    """A `SIGTERM` that ends the process writes out the queued lines first.
+
+    The server stops gracefully on `SIGTERM`, then raises it again with the handler it found (this
+    one): without it the process would end there, before the exit handlers write the last lines.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def write_out_and_end(number: int, frame: FrameType | None) -> None:
+        flush_log_lines()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, write_out_and_end)
+
+
 def _after_fork_in_child() -> None:
     for handler in list(_line_writers):
         handler._forget_writer()
@@ -246,6 +270,7 @@ def logging_config(log_format: LogFormat, level: str) -> dict[str, Any]:
         "stream": "ext://sys.stderr",
         "formatter": "service",
         "filters": ["request_id"],
+        "write_out_on_sigterm": True,
     }
     return {
         "version": 1,
