@@ -7,6 +7,7 @@ the envelope's headers, 500s, the access log and metrics), then dispatch by path
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 
@@ -26,6 +27,7 @@ from marketplace.services import Services, build_services
 from marketplace.storage import PREFIX as STORAGE_PREFIX
 from marketplace.storage import StorageFiles
 from marketplace.telemetry import metrics
+from marketplace.telemetry.logs import flush_log_lines
 from marketplace.upstream import chat_widget, stats
 
 logger = logging.getLogger("marketplace")
@@ -84,6 +86,7 @@ class MarketplaceApp:
             elif message["type"] == "lifespan.shutdown":
                 await self.services.close()
                 metrics.worker_stopped()
+                await asyncio.to_thread(flush_log_lines)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

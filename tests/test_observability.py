@@ -4,14 +4,19 @@ workers), and `/up` naming what is degraded."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import platform
 import re
+import select
+import threading
+import time
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -20,7 +25,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from marketplace.api.v1 import GROUP_LIMITS, LIMITERS, ROUTES
 from marketplace.config import Settings
 from marketplace.http.observation import MAX_LOGGED_CHARS
-from marketplace.telemetry.logs import JsonFormatter, RequestIdFilter, logging_config
+from marketplace.telemetry.logs import (
+    PIPE_BUF,
+    JsonFormatter,
+    QueuedLineHandler,
+    RequestIdFilter,
+    logging_config,
+)
+from marketplace.telemetry.metrics import ACCESS_LOG_DROPPED
 from tests.api.helpers import catalogue_client
 from tests.catalogue import MEMBER_CHAT_ID
 from tests.conftest import GRANT_SECRET
@@ -482,3 +494,116 @@ async def test_every_series_the_alert_rules_read_is_exported(client: httpx.Async
         "process_start_time_seconds",
     } <= read
     assert sorted(read - exported - SCRAPE_SERIES) == []
+
+
+def access_record(number: int, query: str = "") -> logging.LogRecord:
+    """An access-log record as the recorder writes it (its request id stamped as the filter does)."""
+    record = logging.LogRecord("marketplace.access", logging.INFO, __file__, 0, "GET /%s", (number,), None)
+    record.fields = {"request_id": f"r{number}", "path": f"/{number}", "query": query}
+    record.request_id = f"r{number}"
+    return record
+
+
+def warning_record(text: str) -> logging.LogRecord:
+    record = logging.LogRecord("marketplace.upstream", logging.WARNING, __file__, 0, "%s", (text,), None)
+    record.request_id = "-"
+    return record
+
+
+class StalledSink(io.StringIO):
+    """A standard error nobody reads: its first write waits until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.released = threading.Event()
+        self.writes: list[str] = []
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("no descriptor")
+
+    def write(self, text: str) -> int:
+        self.entered.set()
+        self.released.wait()
+        self.writes.append(text)
+        return len(text)
+
+
+def queued_handler(stream: IO[str], **limits: Any) -> QueuedLineHandler:
+    handler = QueuedLineHandler(stream, **limits)
+    handler.setFormatter(JsonFormatter())
+    return handler
+
+
+def read_lines(descriptor: int, count: int) -> list[str]:
+    """`count` lines from a pipe, waiting for them at most 10 s."""
+    received = b""
+    deadline = time.monotonic() + 10
+    while received.count(b"\n") < count and time.monotonic() < deadline:
+        ready, _, _ = select.select([descriptor], [], [], 0.05)
+        if ready:
+            received += os.read(descriptor, 65536)
+    return received.decode("utf-8").splitlines()
+
+
+def test_queued_log_lines_are_written_without_a_flush_while_the_service_runs() -> None:
+    read_end, write_end = os.pipe()
+    stream = os.fdopen(write_end, "w")
+    handler = queued_handler(stream)
+    record = access_record(1)
+    try:
+        handler.handle(record)
+        [line] = read_lines(read_end, 1)
+        assert line == JsonFormatter().format(record)
+    finally:
+        handler.close()
+        stream.close()
+        os.close(read_end)
+
+
+def test_queued_log_lines_keep_their_order_warnings_included_and_a_flush_writes_them_all() -> None:
+    read_end, write_end = os.pipe()
+    stream = os.fdopen(write_end, "w")
+    handler = queued_handler(stream, flush_seconds=60.0)
+    expected: list[str] = []
+    try:
+        for number in range(300):
+            record = warning_record(f"upstream {number}") if number % 50 == 0 else access_record(number)
+            expected.append(JsonFormatter().format(record))
+            handler.handle(record)
+        handler.flush()
+        assert read_lines(read_end, 300) == expected
+    finally:
+        handler.close()
+        stream.close()
+        os.close(read_end)
+
+
+def test_each_write_of_queued_log_lines_holds_whole_lines_within_pipe_buf() -> None:
+    sink = StalledSink()
+    sink.released.set()
+    handler = queued_handler(sink, flush_seconds=60.0)
+    for number in range(200):
+        handler.handle(access_record(number, query="q=" + "x" * (number * 7 % 900)))
+    handler.flush()
+    handler.close()
+    assert len(sink.writes) > 1
+    assert all(text.endswith("\n") and len(text.encode()) <= PIPE_BUF for text in sink.writes)
+    lines = "".join(sink.writes).splitlines()
+    assert [json.loads(line)["request_id"] for line in lines] == [f"r{number}" for number in range(200)]
+
+
+def test_a_sink_that_does_not_drain_never_blocks_logging_and_the_dropped_lines_are_counted() -> None:
+    sink = StalledSink()
+    handler = queued_handler(sink, max_pending_lines=100)
+    dropped_before = ACCESS_LOG_DROPPED._value.get()
+    handler.handle(access_record(0))
+    assert sink.entered.wait(10)  # the writer now waits on the sink with line 0
+    for number in range(1, 106):  # lines 1 to 100 wait in the queue; 101 to 105 find it full
+        handler.handle(access_record(number))
+    assert ACCESS_LOG_DROPPED._value.get() - dropped_before == 5
+    sink.released.set()
+    handler.flush()
+    handler.close()
+    lines = "".join(sink.writes).splitlines()
+    assert [json.loads(line)["request_id"] for line in lines] == [f"r{number}" for number in range(101)]

@@ -10,8 +10,10 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -568,3 +570,96 @@ def test_the_served_base_url_names_a_reachable_address(
     host: str, port: int, tls: bool, expected: str
 ) -> None:
     assert served_base_url(host, port, tls=tls) == expected
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# The requests of these tests go to a path no route answers: the API's rate limit would refuse them.
+def test_every_access_line_of_a_burst_is_written_after_a_graceful_stop(
+    operator_settings: Settings, tmp_path: Path, stop_signal: signal.Signals
+) -> None:
+    sent = [f"burst-{number}" for number in range(300)]
+    with running_service(environment(operator_settings), tmp_path) as server:
+        with httpx.Client(base_url=server.base_url) as client:
+            for request_id in sent:
+                assert client.get("/burst", headers={"X-Request-Id": request_id}).status_code == 404
+        server.process.send_signal(stop_signal)
+        # The server ends as the signal would end it, once it has stopped gracefully.
+        assert server.process.wait(timeout=60) in (0, -stop_signal)
+        records = [json.loads(line) for line in server.output().splitlines()]
+    written = [record["request_id"] for record in records if record.get("path") == "/burst"]
+    assert written == sent
+    assert records[-1]["message"].startswith("Finished server process")
+
+
+def serve_into_a_pipe(
+    env: dict[str, str], workdir: Path, port: int, *serve_args: str
+) -> subprocess.Popen[bytes]:
+    """`marketplace serve` on `port`, its standard output and error a pipe the caller reads (or not)."""
+    return subprocess.Popen(
+        [MARKETPLACE, "serve", "--port", str(port), *serve_args],
+        env=env,
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_until_answering(base_url: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"{base_url}/up", timeout=5)
+            return
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_a_standard_error_nobody_reads_never_holds_up_requests(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    port = free_port()
+    process = serve_into_a_pipe(environment(operator_settings), tmp_path, port)
+    assert process.stdout is not None
+    try:
+        wait_until_answering(f"http://127.0.0.1:{port}")
+        long_query = "q=" + "x" * 900  # about 1.2 KB a line: the pipe's 64 KiB hold some 50
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            for _ in range(400):
+                assert client.get(f"/stalled?{long_query}").status_code == 404
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=60)[0].decode("utf-8")
+    written = [json.loads(line) for line in output.splitlines()]
+    assert len([record for record in written if record.get("path") == "/stalled"]) == 400
+
+
+def test_two_workers_sharing_a_pipe_write_whole_lines(operator_settings: Settings, tmp_path: Path) -> None:
+    port = free_port()
+    process = serve_into_a_pipe(environment(with_redis(operator_settings)), tmp_path, port, "--workers", "2")
+    assert process.stdout is not None
+    chunks: list[bytes] = []
+    descriptor = process.stdout.fileno()
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: os.read(descriptor, 65536), b"")))
+    reader.start()
+    sent = [f"pair-{number}" for number in range(400)]
+
+    def fetch(request_id: str) -> int:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as fresh:
+            query = "q=" + "y" * (len(request_id) * 97 % 900)
+            return fresh.get(f"/pair?{query}", headers={"X-Request-Id": request_id}).status_code
+
+    try:
+        wait_until_answering(f"http://127.0.0.1:{port}")
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            assert set(pool.map(fetch, sent)) == {404}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        reader.join(timeout=30)
+        process.stdout.close()
+    records = [json.loads(line) for line in b"".join(chunks).decode("utf-8").splitlines()]
+    access = [record for record in records if record.get("path") == "/pair"]
+    assert sorted(record["request_id"] for record in access) == sorted(sent)

@@ -127,14 +127,23 @@ class RequestRecorder:
         query = loggable_query(scope.get("query_string", b""))
         duration_ms = round(seconds * 1000, 2)
         method_text = _printable(scope["method"][:16])
-        access_logger.info(
+        # Made and handed to the handlers directly: `Logger.info` would also walk the stack to name
+        # the calling line, a third of a line's cost, which no log format shows.
+        record = access_logger.makeRecord(
+            access_logger.name,
+            logging.INFO,
+            _ACCESS_LOG_SOURCE,
+            0,
             "%s %s %s %.2fms route=%s client=%s",
-            method_text,
-            path + ("?" + query if query else ""),
-            shown_status,
-            duration_ms,
-            route,
-            state.get("client_ip"),
+            (
+                method_text,
+                path + ("?" + query if query else ""),
+                shown_status,
+                duration_ms,
+                route,
+                state.get("client_ip"),
+            ),
+            None,
             extra={
                 "fields": {
                     "request_id": request_id,
@@ -149,8 +158,10 @@ class RequestRecorder:
                 }
             },
         )
+        access_logger.handle(record)
 
 
+_ACCESS_LOG_SOURCE = __file__
 _KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 

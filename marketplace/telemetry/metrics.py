@@ -55,6 +55,11 @@ REQUEST_DURATION = Histogram(
     ["route", "status"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
+ACCESS_LOG_DROPPED = Counter(
+    "marketplace_access_log_dropped_total",
+    "Log lines (nearly all of them access lines) dropped because the worker already held "
+    "10000 lines its standard error had not taken.",
+)
 REFUSED_HEADS = Counter(
     "marketplace_http_refused_heads_total",
     "Connections closed by the server before a request reached the service: a head over 64 KiB "
