@@ -447,6 +447,9 @@ class RedisStore:
 
     RETRY_PAUSE_SECONDS = 2.0
     WARNING_INTERVAL_SECONDS = 60.0
+    # How long a request waits on an unresponsive Redis before failing open: short, because every
+    # request in that window waits it once before the node is paused.
+    SOCKET_TIMEOUT_SECONDS = 0.5
     BATCH_SIZE = 256
 
     def __init__(self, url: str, prefix: str = "marketplace:") -> None:
@@ -462,8 +465,8 @@ class RedisStore:
 
             self._redis = RedisCluster.from_url(
                 scheme.removesuffix("+cluster") + "://" + rest,
-                socket_connect_timeout=0.5,
-                socket_timeout=0.5,
+                socket_connect_timeout=self.SOCKET_TIMEOUT_SECONDS,
+                socket_timeout=self.SOCKET_TIMEOUT_SECONDS,
                 # redis-py retries a failed pipeline by closing the connections of every node,
                 # the live masters' included: a failure fails open at once instead.
                 retry=Retry(NoBackoff(), 0),
@@ -474,8 +477,8 @@ class RedisStore:
 
             self._redis = Redis.from_url(
                 url,
-                socket_connect_timeout=0.5,
-                socket_timeout=0.5,
+                socket_connect_timeout=self.SOCKET_TIMEOUT_SECONDS,
+                socket_timeout=self.SOCKET_TIMEOUT_SECONDS,
                 health_check_interval=30,
                 retry_on_timeout=False,
             )

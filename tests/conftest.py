@@ -22,6 +22,7 @@ from marketplace.fixtures.loader import load_document
 from marketplace.migrations.runner import upgrade_to_head
 from marketplace.platform_names import PlatformNames
 from marketplace.services import Services, build_services
+from marketplace.stores import RedisStore
 from tests.catalogue import catalogue
 from tests.platform_names import RENAMED, ContractWordsTransport
 from tests.profiles import (
@@ -72,6 +73,20 @@ def forget_the_runs_redis_keys() -> Iterator[None]:
         forget_redis_keys(THIS_PROCESS_KEYS)
     except RedisUnreachable:
         pass  # no Redis: nothing was written to it
+
+
+@pytest.fixture(scope="session", autouse=True)
+def patient_redis_in_this_process() -> Iterator[None]:
+    """Stores built in the test process wait 5 s for a Redis answer instead of the service's 0.5 s.
+
+    Those tests count limiter hits exactly, and on two shared cores the test process's own event
+    loop can stall for half a second: the store would then fail open and admit a request the test
+    expects refused. Failing open is tested on served processes, which keep the real timeout, and
+    against refused connections, which fail at once."""
+    patient = pytest.MonkeyPatch()
+    patient.setattr(RedisStore, "SOCKET_TIMEOUT_SECONDS", 5.0)
+    yield
+    patient.undo()
 
 
 @pytest.fixture(scope="session")
