@@ -18,12 +18,11 @@ from marketplace.catalogue.members import storable
 from marketplace.database.readers import AnySelect, Read, Reader, Reads, Row
 from marketplace.models import (
     PUBLIC_STATUSES,
-    Access,
-    AccessSource,
     Resource,
+    ResourceCounts,
     ResourceStatus,
-    Review,
     Version,
+    rating_average,
 )
 
 # Ids are 32-bit on every supported database; a larger number names no row.
@@ -90,53 +89,38 @@ class ResourceStats(NamedTuple):
 
 
 def _cards() -> AnySelect:
-    """Resources with their current version and counters; filters are added per read."""
+    """Resources with their current version and kept counts (`models/resource_counts.py`);
+    filters are added per read."""
     current = aliased(Version)
-    purchases = (
-        select(func.count(Access.id))
-        .where(
-            Access.resource_id == Resource.id,
-            Access.source == AccessSource.PURCHASE.value,
-            Access.revoked.is_(False),
+    return (
+        select(
+            Resource.id,
+            Resource.user_id,
+            Resource.name,
+            Resource.tag,
+            Resource.price,
+            Resource.category_id,
+            Resource.unique_id,
+            Resource.download,
+            Resource.icon,
+            Resource.created_at,
+            Resource.updated_at,
+            Resource.slug,
+            current.id,
+            current.resource_id,
+            current.version,
+            current.title,
+            current.download,
+            current.created_at,
+            ResourceCounts.purchases,
+            rating_average(ResourceCounts.rating_sum, ResourceCounts.rating_count),
+            ResourceCounts.rating_count,
         )
-        .correlate(Resource)
-        .scalar_subquery()
+        .outerjoin(
+            current, and_(current.id == Resource.current_version_id, current.resource_id == Resource.id)
+        )
+        .outerjoin(ResourceCounts, ResourceCounts.resource_id == Resource.id)
     )
-    rating_avg = (
-        select(func.avg(Review.rating))
-        .where(Review.resource_id == Resource.id)
-        .correlate(Resource)
-        .scalar_subquery()
-    )
-    reviews_count = (
-        select(func.count(Review.id))
-        .where(Review.resource_id == Resource.id)
-        .correlate(Resource)
-        .scalar_subquery()
-    )
-    return select(
-        Resource.id,
-        Resource.user_id,
-        Resource.name,
-        Resource.tag,
-        Resource.price,
-        Resource.category_id,
-        Resource.unique_id,
-        Resource.download,
-        Resource.icon,
-        Resource.created_at,
-        Resource.updated_at,
-        Resource.slug,
-        current.id,
-        current.resource_id,
-        current.version,
-        current.title,
-        current.download,
-        current.created_at,
-        purchases,
-        rating_avg,
-        reviews_count,
-    ).outerjoin(current, and_(current.id == Resource.current_version_id, current.resource_id == Resource.id))
 
 
 def _matching(q_filter: bool) -> tuple[ColumnElement[bool], ...]:
@@ -162,8 +146,8 @@ MATCHING_COUNT = Read(select(func.count(Resource.id)).where(*_matching(True)), "
 
 
 def _page(q_filter: bool) -> AnySelect:
-    # The page's ids first: the cards' counters are then computed for its rows only, not for every
-    # row the offset skips.
+    # The page's ids first (a range of the status and id index): the cards' joins are then made for
+    # its rows only, not for every row the offset skips.
     ids = select(Resource.id).where(*_matching(q_filter)).order_by(Resource.id).limit(_LIMIT).offset(_OFFSET)
     return _cards().where(Resource.id.in_(ids)).order_by(Resource.id)
 

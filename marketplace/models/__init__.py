@@ -8,6 +8,7 @@ from marketplace.models.chat_account import ChatAccount
 from marketplace.models.gift import Gift
 from marketplace.models.payment import Payment, PaymentStatus
 from marketplace.models.resource import PUBLIC_STATUSES, Resource, ResourceStatus
+from marketplace.models.resource_counts import ResourceCounts, rating_average
 from marketplace.models.review import Review
 from marketplace.models.user import User
 from marketplace.models.version import Version
@@ -24,9 +25,11 @@ __all__ = [
     "Payment",
     "PaymentStatus",
     "Resource",
+    "ResourceCounts",
     "ResourceStatus",
     "Review",
     "User",
     "Version",
+    "rating_average",
     "utcnow",
 ]
