@@ -2,7 +2,8 @@
 
 The schema comes from `marketplace migrate` of the checkout being measured; the rows go in by bulk:
 `COPY` on PostgreSQL (foreign-key triggers off for the session, secondary indexes built after the
-rows, as a restore does), one transaction of `executemany` on SQLite. Sequences move past the ids,
+rows, as a restore does, the kept counts made from the copied rows), one transaction of
+`executemany` on SQLite (its triggers keep the counts). Sequences move past the ids,
 statistics are gathered (`ANALYZE`), and a marker records what was filled, so that the next run
 finds the same catalogue and keeps it.
 """
@@ -27,6 +28,19 @@ from bench.catalogue import GENERATOR_VERSION, TABLES, Catalogue, Row
 
 # Written in this order: referenced rows first.
 FILL_ORDER = ("categories", "users", "chat_accounts", "resources", "versions", "reviews", "accesses")
+# The kept counts of each resource (migration 0006), which triggers keep as rows are written: the
+# triggers are off while PostgreSQL copies, so the counts are made once from the copied rows (a
+# schema without the table, an older checkout's, skips this).
+RECOUNT_POSTGRESQL = """
+INSERT INTO resource_counts (resource_id, purchases, rating_sum, rating_count)
+SELECT resource_id, SUM(purchases), SUM(rating_sum), SUM(rating_count) FROM (
+    SELECT resource_id, COUNT(*) AS purchases, 0 AS rating_sum, 0 AS rating_count
+    FROM accesses WHERE source = 'purchase' AND NOT revoked GROUP BY resource_id
+    UNION ALL
+    SELECT resource_id, 0, SUM(rating), COUNT(*) FROM reviews GROUP BY resource_id
+) AS counted
+GROUP BY resource_id
+"""
 
 
 @dataclass(frozen=True)
@@ -252,6 +266,11 @@ async def _fill_postgresql(
                 table, records=catalogue.rows(table), columns=list(TABLES[table].columns)
             )
             progress(f"{table}: {time.monotonic() - table_started:.1f} s")
+        if await connection.fetchval("SELECT to_regclass('resource_counts') IS NOT NULL"):
+            counts_started = time.monotonic()
+            await connection.execute("DELETE FROM resource_counts")
+            await connection.execute(RECOUNT_POSTGRESQL)
+            progress(f"resource_counts: {time.monotonic() - counts_started:.1f} s")
         index_started = time.monotonic()
         await asyncio.gather(*(_build_index(url, index["definition"]) for index in indexes))
         progress(f"{len(indexes)} secondary indexes: {time.monotonic() - index_started:.1f} s")

@@ -8,7 +8,13 @@ of a shared machine falls on every target alike. Each request comes from another
     python bench/ratio.py --env MARKETPLACE_DATABASE_URL=sqlite:///marketplace.db \\
         --source now=. --source before=/tmp/before --path /api/v1/resource/version/2 --workers 1
 
-`--source NAME=DIR` serves the checkout in DIR (its `marketplace` package first on the path).
+`--source NAME=DIR` serves the checkout in DIR (its `marketplace` package first on the path);
+`--source-env NAME:VAR=VALUE` gives that build a setting of its own, for example a database at the
+schema its migrations make when the builds differ in it:
+
+    python bench/ratio.py --env MARKETPLACE_APP_KEY=bench \\
+        --source before=/tmp/before --source-env before:MARKETPLACE_DATABASE_URL=postgresql://.../before \\
+        --source now=. --source-env now:MARKETPLACE_DATABASE_URL=postgresql://.../now --path /api/v1/resource/1
 """
 
 from __future__ import annotations
@@ -94,6 +100,9 @@ def main() -> None:
     )
     parser.add_argument("--source", action="append", default=[], help="NAME=DIR of a checkout to serve")
     parser.add_argument("--env", action="append", default=[], help="VAR=VALUE for the service")
+    parser.add_argument(
+        "--source-env", action="append", default=[], help="NAME:VAR=VALUE for the build NAME only"
+    )
     parser.add_argument("--path", action="append", required=True)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
@@ -131,6 +140,11 @@ def main() -> None:
         name, directory = pair.split("=", 1)
         port = free_port()
         env = {**base_env, "PYTHONPATH": str(Path(directory).resolve())}
+        for setting in args.source_env:
+            source_name, _, assignment = setting.partition(":")
+            if source_name == name:
+                variable, _, value = assignment.partition("=")
+                env[variable] = value
         targets.append(
             Target(
                 name,

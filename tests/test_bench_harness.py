@@ -149,6 +149,48 @@ def test_postgresql_fill_answers_every_route(postgresql_database: str, tmp_path:
     assert statuses == {name: {200} for name in ROUTES}
 
 
+# Resources whose kept counts (migration 0006) differ from their rows'.
+KEPT_COUNTS_DIFFERING = """
+SELECT COUNT(*) FROM resources r LEFT JOIN resource_counts c ON c.resource_id = r.id
+WHERE COALESCE(c.purchases, 0) <> (
+    SELECT COUNT(*) FROM accesses a WHERE a.resource_id = r.id AND a.source = 'purchase' AND NOT a.revoked
+) OR COALESCE(c.rating_count, 0) <> (SELECT COUNT(*) FROM reviews v WHERE v.resource_id = r.id)
+OR COALESCE(c.rating_sum, 0) <> (SELECT COALESCE(SUM(rating), 0) FROM reviews v WHERE v.resource_id = r.id)
+"""
+KEPT_COUNTS = "SELECT COALESCE(SUM(purchases), 0) + COALESCE(SUM(rating_count), 0) FROM resource_counts"
+
+
+def test_a_filled_catalogue_keeps_the_counts_of_its_accesses_and_reviews(
+    postgresql_database: str, tmp_path: Path
+) -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    path = tmp_path / "bench.db"
+    fill_sqlite(path, Catalogue(Size(SMALL)), REPOSITORY, refill=False, progress=_quiet)
+    with closing(sqlite3.connect(path)) as connection:
+        assert connection.execute(KEPT_COUNTS_DIFFERING).fetchone() == (0,)
+        assert connection.execute(KEPT_COUNTS).fetchone()[0] > 0
+    fill_postgresql(
+        POSTGRES_ADMIN_URL,
+        postgresql_database,
+        Catalogue(Size(SMALL)),
+        REPOSITORY,
+        tmp_path,
+        refill=False,
+        progress=_quiet,
+    )
+
+    async def counts() -> tuple[int, int]:
+        connection = await asyncpg.connect(database_url(POSTGRES_ADMIN_URL, postgresql_database))
+        try:
+            return await connection.fetchval(KEPT_COUNTS_DIFFERING), await connection.fetchval(KEPT_COUNTS)
+        finally:
+            await connection.close()
+
+    differing, kept = asyncio.run(counts())
+    assert differing == 0 and kept > 0
+
+
 def _wrk(requests: int = 1000, status_errors: int = 0, p99: float = 5.0) -> WrkResult:
     return WrkResult(requests, 1.0, status_errors, 0, 1.0, 1.0, 2.0, 3.0, p99, 9.0)
 
