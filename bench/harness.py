@@ -1,9 +1,10 @@
 """The load runs behind `bench/run.py`: fill, serve the ceiling and the service, measure, report.
 
 For each profile (SQLite with the in-process store; PostgreSQL with Redis) and worker count, the
-ceiling (`reference_app.py`) and the service run side by side under the same uvicorn; each route
-is measured in rounds, ceiling then service (A B A B), so that a noisy machine's drift falls on
-both alike. The service's cost comes from `/proc` (CPU of its process tree, RSS of each worker)
+ceiling (`reference_app.py`), the service with its default settings (access log on, as
+`marketplace serve` runs) and the same service with `--no-access-log` run side by side under the
+same uvicorn; each route is measured in rounds, ceiling then service then service without access
+log (A B C A B C), so that a noisy machine's drift falls on all alike. The service's cost comes from `/proc` (CPU of its process tree, RSS of each worker)
 and from its own `/metrics` (statuses, answer-cache hits).
 """
 
@@ -69,6 +70,8 @@ class Options:
     request_lines: int
     env: dict[str, str]
     command_line: str
+    # Also the service with `--no-access-log`, beside the one with its default settings.
+    access_log_comparison: bool = True
 
 
 @dataclass
@@ -76,6 +79,8 @@ class RouteResult:
     profile: str
     workers: int
     route: str
+    # The service as `marketplace serve` runs it by default (True), or with `--no-access-log`.
+    access_log: bool = True
     ceiling: list[WrkResult] = field(default_factory=list)
     service: list[WrkResult] = field(default_factory=list)
     ceiling_cpu_us: list[float] = field(default_factory=list)
@@ -85,6 +90,8 @@ class RouteResult:
     supervisor_rss_mib: float | None = None
     statuses: dict[str, int] = field(default_factory=dict)
     cache: dict[str, float] = field(default_factory=dict)
+    # Access lines the service wrote during the measured rounds (read from its output).
+    access_lines: int = 0
 
     @property
     def rate(self) -> float:
@@ -207,16 +214,24 @@ def _ceiling(options: Options, workers: int, log: Path) -> Server:
     return Server("ceiling", command, env, port, options.workdir, "/", log)
 
 
-def _service(
-    options: Options, profile: str, url: str, workers: int, log: Path, extra: dict[str, str] | None = None
+def service_server(
+    options: Options,
+    profile: str,
+    url: str,
+    workers: int,
+    log: Path,
+    extra: dict[str, str] | None = None,
+    *,
+    access_log: bool = True,
 ) -> Server:
+    """`marketplace serve` with the service's default settings (JSON log lines at level info on
+    standard error, the access log on unless `access_log` is false), drained as a log collector
+    would; only what the run needs is set: the database, Redis, the key of client hashes."""
     port = free_port()
     settings = {
         "MARKETPLACE_DATABASE_URL": url,
         "MARKETPLACE_APP_KEY": "bench",
         "MARKETPLACE_STORAGE_DIR": str(options.workdir / "storage"),
-        "MARKETPLACE_LOG_FORMAT": "text",
-        "MARKETPLACE_LOG_LEVEL": "error",
     }
     # Several workers share their limits and caches in Redis (`serve` refuses them without it).
     if profile == "postgresql" or workers > 1:
@@ -233,10 +248,11 @@ def _service(
         str(port),
         "--workers",
         str(workers),
-        "--no-access-log",
+        *([] if access_log else ["--no-access-log"]),
     ]
     env = service_environment(options.source, settings)
-    return Server("service", command, env, port, options.workdir, "/up", log)
+    name = "service" if access_log else "service --no-access-log"
+    return Server(name, command, env, port, options.workdir, "/up", log, drained=True)
 
 
 def _forget_redis_keys(redis_url: str, server: Server) -> None:
@@ -270,7 +286,7 @@ def metric_deltas(
     return statuses, cache
 
 
-def _fill(options: Options, profile: str, resources: int) -> tuple[str, Filled, Population]:
+def fill_catalogue(options: Options, profile: str, resources: int) -> tuple[str, Filled, Population]:
     """The catalogue of `resources` resources in the profile's database: its URL, the fill, and
     what requests may name."""
     catalogue = Catalogue(Size(resources), seed=options.seed)
@@ -321,7 +337,7 @@ def _measure(
 
 
 def _measure_profile(options: Options, run: Run, profile: str) -> None:
-    url, filled, population = _fill(options, profile, options.resources)
+    url, filled, population = fill_catalogue(options, profile, options.resources)
     run.profiles.append(ProfileRun(profile, filled))
     requests_dir = options.workdir / f"requests-{profile}-{options.resources}"
     requests_dir.mkdir(parents=True, exist_ok=True)
@@ -342,14 +358,19 @@ def _measure_profile(options: Options, run: Run, profile: str) -> None:
     for workers in options.workers:
         log = options.workdir / f"server-{profile}-{workers}.log"
         ceiling = _ceiling(options, workers, log)
-        service = _service(options, profile, url, workers, log)
+        services = [service_server(options, profile, url, workers, log)]
+        if options.access_log_comparison:
+            services.append(service_server(options, profile, url, workers, log, access_log=False))
         try:
-            ceiling.start()
-            service.start()
+            for server in (ceiling, *services):
+                server.start()
             for name in options.routes:
-                result = RouteResult(profile, workers, name)
+                results = [
+                    RouteResult(profile, workers, name, access_log=index == 0)
+                    for index in range(len(services))
+                ]
                 if options.warmup:
-                    for server in (ceiling, service):
+                    for server in (ceiling, *services):
                         run_wrk(
                             server.port,
                             files[name],
@@ -360,42 +381,54 @@ def _measure_profile(options: Options, run: Run, profile: str) -> None:
                         )
                 for _ in range(options.rounds):
                     seed += 1
-                    measured, cpu = _measure(
+                    ceiling_run, ceiling_cpu = _measure(
                         ceiling, files[name], options, options.seconds, options.connections, seed
                     )
-                    result.ceiling.append(measured)
-                    result.ceiling_cpu_us.append(cpu)
-                    before = service.metrics()
-                    store.start()
-                    measured, cpu = _measure(
-                        service, files[name], options, options.seconds, options.connections, seed
+                    for service, result in zip(services, results, strict=True):
+                        result.ceiling.append(ceiling_run)
+                        result.ceiling_cpu_us.append(ceiling_cpu)
+                        _measure_service(service, result, store, files[name], options, seed)
+                for service, result in zip(services, results, strict=True):
+                    result.worker_rss_mib, result.supervisor_rss_mib = service.memory()
+                    run.routes.append(result)
+                    say(
+                        f"{profile}, {workers} worker(s), {name}"
+                        f"{'' if result.access_log else ', --no-access-log'}: {result.rate:,.0f} "
+                        f"req/s, ratio {result.ratio:.3f}, p99 {result.median(result.service, lambda r: r.p99_ms):.1f} ms, "
+                        f"{result.errors} errors"
                     )
-                    if profile == "postgresql":
-                        result.store_cpu_us.append(_per_request(store.used(), measured))
-                    statuses, cache = metric_deltas(before, service.metrics())
-                    for key, value in statuses.items():
-                        result.statuses[key] = result.statuses.get(key, 0) + value
-                    for key, change in cache.items():
-                        result.cache[key] = result.cache.get(key, 0.0) + change
-                    result.service.append(measured)
-                    result.service_cpu_us.append(cpu)
-                result.worker_rss_mib, result.supervisor_rss_mib = service.memory()
-                run.routes.append(result)
-                say(
-                    f"{profile}, {workers} worker(s), {name}: {result.rate:,.0f} "
-                    f"req/s, ratio {result.ratio:.3f}, p99 {result.median(result.service, lambda r: r.p99_ms):.1f} ms, "
-                    f"{result.errors} errors"
-                )
             if workers == options.workers[0]:
                 for name in options.profile_routes:
                     if name in files:
                         run.hotspots.append(
-                            (profile, workers, name, _hotspots(service, files[name], options))
+                            (profile, workers, name, _hotspots(services[0], files[name], options))
                         )
         finally:
-            for server in (service, ceiling):
+            for server in (*services, ceiling):
                 server.stop()
-            _forget_redis_keys(options.redis_url, service)
+            for server in services:
+                _forget_redis_keys(options.redis_url, server)
+
+
+def _measure_service(
+    service: Server, result: RouteResult, store: StoreCpu, request_file: Path, options: Options, seed: int
+) -> None:
+    """One measured round of the service: wrk's figures, CPU per request (its own, and PostgreSQL's
+    and Redis's), and the statuses, cache lookups and access lines it counted meanwhile."""
+    before = service.metrics()
+    lines_before = service.access_lines
+    store.start()
+    measured, cpu = _measure(service, request_file, options, options.seconds, options.connections, seed)
+    if result.profile == "postgresql":
+        result.store_cpu_us.append(_per_request(store.used(), measured))
+    statuses, cache = metric_deltas(before, service.metrics())
+    for key, value in statuses.items():
+        result.statuses[key] = result.statuses.get(key, 0) + value
+    for key, change in cache.items():
+        result.cache[key] = result.cache.get(key, 0.0) + change
+    result.service.append(measured)
+    result.service_cpu_us.append(cpu)
+    result.access_lines += service.access_lines - lines_before
 
 
 def _hotspots(service: Server, request_file: Path, options: Options) -> hotspots.Hotspots:
@@ -415,7 +448,7 @@ def _hotspots(service: Server, request_file: Path, options: Options) -> hotspots
 def _measure_sizes(options: Options, run: Run) -> None:
     workers = options.workers[0]
     for resources in options.sizes:
-        url, filled, population = _fill(options, "postgresql", resources)
+        url, filled, population = fill_catalogue(options, "postgresql", resources)
         result = SizeResult(resources, filled)
         request_file = write_request_file(
             ROUTES["search-q"],
@@ -426,7 +459,7 @@ def _measure_sizes(options: Options, run: Run) -> None:
         )
         log = options.workdir / f"server-sizes-{resources}.log"
         # No answer cache: each request reaches the database, whatever was asked before.
-        service = _service(
+        service = service_server(
             options, "postgresql", url, workers, log, {"MARKETPLACE_WORKER_CACHE_MAX_ENTRIES": "0"}
         )
         store = StoreCpu(url, None)
@@ -520,7 +553,8 @@ def execute(options: Options) -> Run:
 
 def planned_seconds(options: Options) -> float:
     """A rough duration of the measurements (fills and start-ups not counted)."""
-    per_route = 2 * (options.warmup + options.rounds * options.seconds)
+    servers = 3 if options.access_log_comparison else 2
+    per_route = servers * (options.warmup + options.rounds * options.seconds)
     matrix = len(options.profiles) * len(options.workers) * len(options.routes) * per_route
     profiled = len(options.profiles) * len(options.profile_routes) * max(2, options.seconds)
     sizes = len(options.sizes) * (options.warmup + 2 * options.rounds * options.seconds)

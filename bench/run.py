@@ -5,9 +5,10 @@
     .venv/bin/python bench/run.py --no-matrix --sizes 20000,200000,2000000 --out /tmp/sizes.md
 
 Fills the catalogue (kept between runs in --workdir and in PostgreSQL databases
-`marketplace_bench_<resources>`), serves the ceiling (`reference_app.py`) and the service side by
-side under the same uvicorn and worker count, measures each route with wrk (A B A B), and writes
-the report. Needs wrk; py-spy for the profile of where the time goes. Details in bench/README.md.
+`marketplace_bench_<resources>`), serves the ceiling (`reference_app.py`), the service with its
+default settings (access log on) and the same with `--no-access-log` side by side under the same
+uvicorn and worker count, measures each route with wrk (A B C A B C), and writes the report and
+its plot (`results.png` beside `RESULTS.md`). Needs wrk; py-spy for the profile of where the time goes. Details in bench/README.md.
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ def parser() -> argparse.ArgumentParser:
         help="also measure search with q on PostgreSQL catalogues of these sizes, e.g. 20000,200000,2000000",
     )
     found.add_argument("--no-matrix", action="store_true", help="only the --sizes measurements")
+    found.add_argument(
+        "--only-defaults",
+        action="store_true",
+        help="measure the service with its default settings only, not also with --no-access-log",
+    )
     found.add_argument("--smoke", action="store_true", help="tiny catalogue, one 1-second round per route")
     found.add_argument("--out", type=Path, default=REPOSITORY / "bench" / "RESULTS.md")
     found.add_argument("--source", type=Path, default=REPOSITORY, help="checkout of the service to serve")
@@ -135,6 +141,7 @@ def options_from(arguments: argparse.Namespace, argv: list[str]) -> Options:
         request_lines=2_000 if smoke else arguments.request_lines,
         env=dict(pair.split("=", 1) for pair in arguments.env),
         command_line=shlex.join(["python", "bench/run.py", *argv]),
+        access_log_comparison=not arguments.only_defaults,
     )
 
 
@@ -158,10 +165,12 @@ def main(argv: list[str] | None = None) -> None:
         if arguments.smoke:
             remove_workdir(options.workdir)
     from bench.report import render
+    from bench.results_plot import plot, plot_name
 
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
-    arguments.out.write_text(render(run))
-    say(f"report written to {arguments.out} after {time.monotonic() - started:.0f} s")
+    drawn = plot_name(arguments.out)
+    arguments.out.write_text(render(run, drawn.name if plot(run, drawn) else None))
+    say(f"report written to {arguments.out} (plot {drawn.name}) after {time.monotonic() - started:.0f} s")
     failed = sum(result.errors for result in run.routes) + sum(size.errors for size in run.sizes)
     if failed:
         say(f"{failed} requests failed (see the Errors columns)")

@@ -1,5 +1,11 @@
 """The measured servers (the ceiling and the service) as processes: start, readiness, stop, and
-what they cost, read from `/proc`: CPU time of the whole process tree, memory of each worker."""
+what they cost, read from `/proc`: CPU time of the whole process tree, memory of each worker.
+
+A server's standard output and error go to its log file, or, for a service writing its access log,
+to a pipe that a thread of this process drains (`LogDrain`), as a container runtime or journald
+reads a service's standard error: the access lines are counted and dropped, the other lines kept
+in the log file.
+"""
 
 from __future__ import annotations
 
@@ -82,6 +88,46 @@ def _command_line(pid: int) -> str:
         return ""
 
 
+# How a JSON access line names its logger (telemetry/logs.py), and its text form's.
+_ACCESS_MARKS = (b'"logger": "marketplace.access"', b" marketplace.access ")
+
+
+class LogDrain:
+    """Reads a server's output from a pipe as fast as it comes: counts the access lines and their
+    bytes, and appends every other line to the log file."""
+
+    def __init__(self, source: int, log: Path) -> None:
+        self.access_lines = 0
+        self.access_bytes = 0
+        self._source = source
+        self._log = log
+        self._reader = threading.Thread(target=self._drain, name="log-drain", daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        rest = b""
+        with self._log.open("ab") as log:
+            while chunk := os.read(self._source, 1 << 16):
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                kept = []
+                for line in lines:
+                    if any(mark in line for mark in _ACCESS_MARKS):
+                        self.access_lines += 1
+                        self.access_bytes += len(line) + 1
+                    else:
+                        kept.append(line + b"\n")
+                if kept:
+                    log.write(b"".join(kept))
+                    log.flush()
+            if rest:
+                log.write(rest + b"\n")
+        os.close(self._source)
+
+    def join(self, timeout: float = 10.0) -> None:
+        self._reader.join(timeout)
+
+
 @dataclass
 class Server:
     """One server process tree on a loopback port."""
@@ -93,13 +139,26 @@ class Server:
     cwd: Path
     ready_path: str
     log: Path
+    # Output to a pipe drained by this process (a service writing its access log), else to the log.
+    drained: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    drain: LogDrain | None = field(default=None, repr=False)
 
     def start(self, timeout: float = 60.0) -> None:
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command, env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT
-            )
+        if self.drained:
+            reading, writing = os.pipe()
+            try:
+                self.process = subprocess.Popen(
+                    self.command, env=self.env, cwd=self.cwd, stdout=writing, stderr=subprocess.STDOUT
+                )
+            finally:
+                os.close(writing)
+            self.drain = LogDrain(reading, self.log)
+        else:
+            with self.log.open("ab") as log:
+                self.process = subprocess.Popen(
+                    self.command, env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT
+                )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -129,6 +188,13 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.drain is not None:
+            self.drain.join()
+
+    @property
+    def access_lines(self) -> int:
+        """Access lines the service wrote so far (0 when its output is not drained)."""
+        return self.drain.access_lines if self.drain is not None else 0
 
     def workers(self) -> list[int]:
         """The processes answering requests: the children running the app when there are several

@@ -273,12 +273,9 @@ def serve(
         if value is not None:
             os.environ[variable] = value
     _check_tls_options(ssl_certfile, ssl_keyfile)
-    ready: ServeReady
-    if workers == 1:
-        # The one worker is this process: it checks here what it would load anyway.
-        ready = _ready_to_serve(host, port, workers)
-    else:
-        ready = _ready_to_serve_in_a_child(host, port, workers)
+    # Checked in a short-lived process, whatever the number of workers: the check loads the migration
+    # tooling (Alembic, about 9 MiB), which the process serving the one worker would keep for good.
+    ready = _ready_to_serve_in_a_child(host, port, workers)
     # The workers read their settings from the environment: the base URL checked goes there too.
     os.environ["MARKETPLACE_BASE_URL"] = ready.base_url
     _check_address_free(host, port)
@@ -439,8 +436,9 @@ def _check_key_pair(certfile: str, keyfile: str) -> None:
 
 
 def _ready_to_serve_in_a_child(host: str, port: int, workers: int) -> ServeReady:
-    """`_ready_to_serve` in a short-lived process, so that the supervisor of the workers never
-    loads the settings' validation or the database layer; its one-line error is shown as is."""
+    """`_ready_to_serve` in a short-lived process, so that the supervisor of several workers never
+    loads the settings' validation or the database layer, and one worker's process never the
+    migration tooling; its one-line error is shown as is."""
     import json
     import subprocess
 

@@ -75,9 +75,11 @@ class Settings(BaseSettings):
     max_buffered_body_bytes: int = Field(default=16 * 1024 * 1024, ge=0, validate_default=True)
     # Limiter windows (and cached answers) the in-process store keeps exactly; beyond, see stores.py.
     memory_store_max_keys: int = Field(default=100_000, ge=1)
-    # Each worker's cache of encoded catalogue answers (0 entries or bytes: no cache).
-    worker_cache_max_entries: int = Field(default=20_000, ge=0)
-    worker_cache_max_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
+    # Each worker's cache of encoded catalogue answers (0 entries or bytes: no cache). An entry takes
+    # 1.3-2.2 times what it counts against the bytes in Python objects, so the defaults hold a full
+    # cache near 10 MiB per worker (bench/HISTORY.md, "Where a worker's memory goes").
+    worker_cache_max_entries: int = Field(default=10_000, ge=0)
+    worker_cache_max_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
     # The oldest a kept answer or count may be when served, whatever the change notices do
     # (freshness.py): the bound on staleness when a change arrives without a notice.
     worker_cache_max_age_seconds: float = Field(default=60.0, gt=0)

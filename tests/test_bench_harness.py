@@ -249,7 +249,10 @@ def test_the_report_states_ratios_targets_and_statuses(tmp_path: Path) -> None:
     text = render(run)
     # Median of the pairs 0.7 and 0.5.
     assert "| `version` | 1 | 11,000 | 6,500 | **0.600** |" in text
-    assert "| `version` ≥ 0.6 of the ceiling | SQLite, in-process store, 1 worker(s) | 0.600 | yes |" in text
+    assert (
+        "| `version` ≥ 0.6 of the ceiling | SQLite, in-process store, 1 worker(s) | 0.600 of the ceiling | yes |"
+        in text
+    )
     assert "`version` p99 ≤ 15 ms at 32 connections" in text
     assert "90%" in text
     assert "200 ×9,997, 429 ×3" in text
@@ -346,3 +349,126 @@ def test_the_report_estimates_the_hosts_for_100k_version_checks_from_measured_co
     assert "## Hosts for 100,000 version checks per second" in text
     assert "**3 hosts of 8 cores**" in text
     assert "2.0 cores of PostgreSQL and Redis together; 50,000 reads per second reach PostgreSQL" in text
+
+
+def _sqlite_run(tmp_path: Path, **chosen: Any) -> Run:
+    from datetime import UTC, datetime
+
+    from bench.fill import Filled
+
+    values: dict[str, Any] = {"profiles": ("sqlite",), "rounds": 1, "workers": (1,), "routes": ("version",)}
+    values.update(chosen)
+    run = Run(report_options(tmp_path, **values), datetime.now(UTC), {"Machine": "test"})
+    run.profiles.append(ProfileRun("sqlite", Filled({"resources": 200_000}, 3.0, kept=False)))
+    return run
+
+
+def _version(
+    service_rate: int, *, access_log: bool = True, rss: float = 80.0, cpu: float = 100.0
+) -> RouteResult:
+    result = RouteResult("sqlite", 1, "version", access_log=access_log)
+    result.ceiling = [_wrk(10_000)]
+    result.service = [_wrk(service_rate, p99=9.0)]
+    result.ceiling_cpu_us = [50.0]
+    result.service_cpu_us = [cpu]
+    result.worker_rss_mib = [rss]
+    result.access_lines = service_rate if access_log else 0
+    return result
+
+
+def test_a_missed_target_says_by_how_much_and_why_from_the_hand_kept_reasons(tmp_path: Path) -> None:
+    from bench.misses import MISSES
+
+    run = _sqlite_run(tmp_path)
+    run.routes.append(_version(3_790))
+
+    text = render(run)
+    row = next(line for line in text.splitlines() if line.startswith("| `version` ≥ 0.6 of the ceiling"))
+    assert "| 0.379 of the ceiling, 0.221 short | **no** |" in row
+    assert MISSES["version-ratio/sqlite"] in row
+
+
+def test_the_headline_tables_are_the_default_settings_and_the_access_log_is_compared_beside(
+    tmp_path: Path,
+) -> None:
+    run = _sqlite_run(tmp_path)
+    run.routes += [_version(6_000, cpu=150.0), _version(8_000, access_log=False, cpu=100.0)]
+
+    text = render(run)
+    headline = text.split("## SQLite, in-process store", 1)[1].split("##", 1)[0]
+    assert "| `version` | 1 | 10,000 | 6,000 | **0.600** |" in headline
+    assert "8,000" not in headline
+    compared = text.split("## The access log", 1)[1]
+    assert "| `version` | 1 | 6,000 | 8,000 | -25% | 0.600 | 0.800 |" in compared
+    assert "| 150 | 100 | +50% | 6,000 |" in compared
+
+
+def test_the_worker_memory_target_states_the_excess_at_200k_resources(tmp_path: Path) -> None:
+    run = _sqlite_run(tmp_path)
+    run.routes.append(_version(7_000, rss=115.0))
+
+    text = render(run)
+    assert "| ≤ 100 MiB resident per worker, 200k resources |" in text
+    assert "| 115 MiB, 15 MiB over | **no** |" in text
+
+
+def test_the_laravel_target_says_it_is_measured_separately_and_where_its_figure_is(tmp_path: Path) -> None:
+    run = _sqlite_run(tmp_path)
+    run.routes.append(_version(7_000))
+
+    row = next(line for line in render(run).splitlines() if "Laravel" in line)
+    assert "measured separately" in row
+    assert "bench/HISTORY.md" in row
+
+
+def test_the_plot_is_drawn_beside_the_report_and_linked_from_it(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from bench.results_plot import plot, plot_name
+
+    run = _sqlite_run(tmp_path, workers=(1, 2), routes=("version", "licence"))
+    for workers in (1, 2):
+        for route in ("version", "licence"):
+            result = _version(7_000)
+            result.workers, result.route = workers, route
+            run.routes.append(result)
+    drawn = plot_name(tmp_path / "RESULTS.md")
+
+    assert drawn == tmp_path / "results.png"
+    assert plot(run, drawn)
+    assert drawn.read_bytes().startswith(b"\x89PNG")
+    assert "](results.png)" in render(run, drawn.name)
+
+
+def test_the_service_is_measured_with_its_default_settings_and_its_log_drained(tmp_path: Path) -> None:
+    from bench.harness import service_server
+
+    options = report_options(tmp_path, profiles=("sqlite",), rounds=1, workers=(1,), routes=("version",))
+    logged = service_server(options, "sqlite", "sqlite:///x.db", 1, tmp_path / "log")
+    unlogged = service_server(options, "sqlite", "sqlite:///x.db", 1, tmp_path / "log", access_log=False)
+
+    assert "--no-access-log" not in logged.command
+    assert unlogged.command[-1] == "--no-access-log"
+    assert not {"MARKETPLACE_LOG_LEVEL", "MARKETPLACE_LOG_FORMAT", "MARKETPLACE_ACCESS_LOG"} & set(logged.env)
+    assert logged.drained and unlogged.drained
+
+
+def test_the_log_drain_counts_access_lines_and_keeps_the_others(tmp_path: Path) -> None:
+    import os
+
+    from bench.servers import LogDrain
+
+    reading, writing = os.pipe()
+    log = tmp_path / "server.log"
+    drain = LogDrain(reading, log)
+    access = b'{"time": "t", "level": "info", "logger": "marketplace.access", "message": "GET /"}\n'
+    other = b'{"time": "t", "level": "info", "logger": "uvicorn.error", "message": "Started"}\n'
+    # Lines cut across writes, as a pipe may hand them over.
+    data = other + access * 3 + other
+    os.write(writing, data[:50])
+    os.write(writing, data[50:])
+    os.close(writing)
+    drain.join()
+
+    assert drain.access_lines == 3
+    assert drain.access_bytes == 3 * len(access)
+    assert log.read_bytes() == other * 2

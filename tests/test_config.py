@@ -33,3 +33,13 @@ def test_the_default_storage_folder_and_base_url_are_the_documented_ones(
     assert documented_defaults.base_url == "http://127.0.0.1:8000"
     assert documented_defaults.redis_url is None
     assert documented_defaults.trusted_proxies == "*"
+
+
+def test_the_answer_cache_defaults_are_the_documented_10000_entries_and_8_mib(
+    documented_defaults: Settings,
+) -> None:
+    assert documented_defaults.worker_cache_max_entries == 10_000
+    assert documented_defaults.worker_cache_max_bytes == 8 * 1024 * 1024
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "`MARKETPLACE_WORKER_CACHE_MAX_ENTRIES`, `MARKETPLACE_WORKER_CACHE_MAX_BYTES`" in readme
+    assert "| `10000`, `8388608` |" in readme

@@ -15,7 +15,7 @@ from sqlalchemy import event, text
 from marketplace.config import Settings
 from marketplace.database.engine import create_engine
 from marketplace.database.freshness import Stamp
-from marketplace.database.readers import GenerationCounts, SqliteReader
+from marketplace.database.readers import SCAN_CACHE_KIB, SCAN_CONNECTIONS, GenerationCounts, SqliteReader
 from marketplace.fixtures.loader import load_document
 from marketplace.models import Base
 from marketplace.services import Services, build_services
@@ -189,6 +189,33 @@ async def test_point_reads_on_sqlite_stay_on_the_event_loop_thread(
     # A pattern filter may walk every row: it leaves the loop.
     assert (await client.get("/api/v1/resource/search?q=chat")).status_code == 200
     assert handed_off
+
+
+@sqlite_only
+async def test_sqlite_scans_share_at_most_scan_connections_whatever_their_number(
+    uncached: tuple[Services, httpx.AsyncClient],
+) -> None:
+    services, client = uncached
+    reader = services.reads.reader
+    assert isinstance(reader, SqliteReader)
+    # Pattern filters are scans; each answer is read (no answer cache), many of them at once.
+    answers = await asyncio.gather(
+        *(client.get(f"/api/v1/resource/search?q=chat{number % 7}") for number in range(24))
+    )
+    assert {answer.status_code for answer in answers} == {200}
+    assert 1 <= len(reader.scan_connections) <= SCAN_CONNECTIONS
+
+
+@sqlite_only
+async def test_sqlite_scan_connections_keep_a_small_page_cache(
+    uncached: tuple[Services, httpx.AsyncClient],
+) -> None:
+    services, client = uncached
+    reader = services.reads.reader
+    assert isinstance(reader, SqliteReader)
+    assert (await client.get("/api/v1/resource/search?q=chat")).status_code == 200
+    for scanning in reader.scan_connections:
+        assert scanning.connection.execute("PRAGMA cache_size").fetchone() == (-SCAN_CACHE_KIB,)
 
 
 @postgresql_only

@@ -10,6 +10,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -158,6 +159,38 @@ def test_the_supervisor_of_several_workers_does_not_load_the_application(
     ]
     assert heavy == []
     assert any("httptools" in path for path in supervisor)  # it did map what it runs
+
+
+# `marketplace serve` up to the point where the server would start, in a process of its own: it then
+# prints the migration tooling's modules that the process serving the one worker has loaded.
+_SERVE_AND_LIST_MIGRATION_MODULES = """
+import sys
+import uvicorn
+from marketplace.cli import main
+
+def instead_of_serving(*args, **kwargs):
+    print(sorted(name for name in sys.modules if name.split(".")[0] == "alembic"))
+
+uvicorn.run = instead_of_serving
+main(["serve", "--port", sys.argv[1]], standalone_mode=False)
+"""
+
+
+def test_a_single_worker_serves_without_the_migration_tooling_loaded(
+    operator_settings: Settings, tmp_path: Path
+) -> None:
+    """The schema check before serving runs in a short-lived process, so that the one worker's
+    process does not keep Alembic's modules (about 9 MiB of a worker's memory)."""
+    checked = subprocess.run(
+        [sys.executable, "-c", _SERVE_AND_LIST_MIGRATION_MODULES, str(free_port())],
+        env=environment(operator_settings),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_several_workers_refuse_to_start_on_an_invalid_setting_with_one_line(

@@ -9,8 +9,9 @@ with plain values, giving plain rows: no session, no entity, no per-statement co
   no BEGIN/ROLLBACK, and nothing to reset when the connection goes back.
 - SQLite (a file): point reads run on a read-only connection of the worker's own, in the event
   loop's thread: sub-millisecond lookups cost less than handing them to a thread. Scans (`LIKE`
-  filters, counts, deep pages) run in a thread, on a connection of that thread. WAL mode, so a
-  read never waits for a writer.
+  filters, counts, deep pages) run in a thread, at most `SCAN_CONNECTIONS` at once, each on one of
+  as many scan connections with a small page cache (`SCAN_CACHE_KIB`). WAL mode, so a read never
+  waits for a writer.
 - SQLite in memory: no second connection can see the data, so reads go through the engine.
 
 Every connection bounds each statement by the configured statement timeout, as the engine does.
@@ -55,6 +56,13 @@ ColumnProcessor = Callable[[Any], Any]
 LOOP_LOCK_WAIT_MS = 100
 # Counts of `q` searches kept per generation (the listing's count is one more).
 MAX_KEPT_COUNTS = 512
+# SQLite scans running at once in a worker, each on a scan connection of its own while it runs, and
+# the page cache of each such connection. A scan walks a table larger than any cache, so the cache holds little it
+# can reuse, and more scans than cores only queue for the interpreter (`lower()` is Python): the
+# default executor's 6 threads with SQLite's 2 MB caches cost a worker 14-19 MiB of a 200,000-resource
+# catalogue's scans, 2 connections of 512 KiB about 5 (bench/HISTORY.md, "Where a worker's memory goes").
+SCAN_CONNECTIONS = 2
+SCAN_CACHE_KIB = 512
 
 
 # Per engine, who is told of each statement its reader runs (the SQL, before it runs): tests and
@@ -260,7 +268,9 @@ class PostgresReader:
 class SqliteReadConnection:
     """A read-only connection to a SQLite file with the engine's `lower()` and statement bound."""
 
-    def __init__(self, path: str, *, statement_timeout: float | None, lock_wait_ms: int) -> None:
+    def __init__(
+        self, path: str, *, statement_timeout: float | None, lock_wait_ms: int, cache_kib: int | None = None
+    ) -> None:
         # Read-write without creating, then read-only by pragma: `mode=ro` cannot open a WAL database
         # whose shared-memory file another process has not created yet.
         self._connection = sqlite3.connect(
@@ -269,6 +279,8 @@ class SqliteReadConnection:
         self._connection.create_function("lower", 1, unicode_lower, deterministic=True)
         self._connection.execute("PRAGMA query_only=ON")
         self._connection.execute(f"PRAGMA busy_timeout={lock_wait_ms}")
+        if cache_kib is not None:
+            self._connection.execute(f"PRAGMA cache_size=-{cache_kib}")
         self._timeout = statement_timeout
         self._deadline = math.inf
         if statement_timeout is not None:
@@ -305,9 +317,11 @@ class SqliteReader:
         self._timeout = statement_timeout
         self._prepared = _Prepared(engine, convert_columns=True)
         self._loop_connection: SqliteReadConnection | None = None
-        self._threads = threading.local()
-        self._thread_connections: list[SqliteReadConnection] = []
+        # Every scan connection opened, and those no scan is using; the semaphore bounds both.
+        self._scan_connections: list[SqliteReadConnection] = []
+        self._idle_scan_connections: list[SqliteReadConnection] = []
         self._lock = threading.Lock()
+        self._scans = asyncio.Semaphore(SCAN_CONNECTIONS)
 
     def loop_connection(self) -> SqliteReadConnection:
         if self._loop_connection is None:
@@ -320,27 +334,42 @@ class SqliteReader:
         return self.loop_connection().fetch(self._prepared(read), values)
 
     async def scan(self, read: Read, *values: Any) -> Sequence[Row]:
-        return await asyncio.to_thread(self._scan_in_thread, self._prepared(read), values)
+        async with self._scans:
+            return await asyncio.to_thread(self._scan_in_thread, self._prepared(read), values)
 
     def _scan_in_thread(self, prepared: PreparedRead, values: tuple[Any, ...]) -> Sequence[Row]:
-        connection: SqliteReadConnection | None = getattr(self._threads, "connection", None)
+        with self._lock:
+            connection = self._idle_scan_connections.pop() if self._idle_scan_connections else None
         if connection is None:
             lock_wait_ms = math.ceil((self._timeout or 0) * 1000)
             connection = SqliteReadConnection(
-                self._path, statement_timeout=self._timeout, lock_wait_ms=lock_wait_ms
+                self._path,
+                statement_timeout=self._timeout,
+                lock_wait_ms=lock_wait_ms,
+                cache_kib=SCAN_CACHE_KIB,
             )
-            self._threads.connection = connection
             with self._lock:
-                self._thread_connections.append(connection)
-        return connection.fetch(prepared, values)
+                self._scan_connections.append(connection)
+        try:
+            return connection.fetch(prepared, values)
+        finally:
+            with self._lock:
+                if connection in self._scan_connections:
+                    self._idle_scan_connections.append(connection)
+
+    @property
+    def scan_connections(self) -> tuple[SqliteReadConnection, ...]:
+        """The scan connections opened so far."""
+        with self._lock:
+            return tuple(self._scan_connections)
 
     def close(self) -> None:
         if self._loop_connection is not None:
             self._loop_connection.close()
             self._loop_connection = None
         with self._lock:
-            opened, self._thread_connections = self._thread_connections, []
-            self._threads = threading.local()
+            opened, self._scan_connections = self._scan_connections, []
+            self._idle_scan_connections = []
         for connection in opened:
             connection.close()
 
