@@ -25,6 +25,7 @@ from starlette.types import Scope
 
 from marketplace.http.client_ip import client_ip
 from marketplace.telemetry.metrics import REQUEST_DURATION, REQUESTS
+from marketplace.telemetry.tally import TALLY
 
 access_logger = logging.getLogger("marketplace.access")
 
@@ -119,8 +120,8 @@ class RequestRecorder:
         if children is None:
             children = (REQUESTS.labels(*key), REQUEST_DURATION.labels(route, shown_status))
             self._counted[key] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        TALLY.count(children[0])
+        TALLY.observe(children[1], seconds)
         if not self.access_log or not access_logger.isEnabledFor(logging.INFO):
             return
         path = loggable_path(str(state.get("logged_path") or scope["path"]))

@@ -10,6 +10,10 @@ answers a scrape reads them from the kernel (`/proc`, Linux) for itself and for 
 the same supervisor, found by the files they keep in the shared folder. Nothing is sampled on the
 request path, and a worker gone (even killed) is gone from the next scrape, its live gauges too.
 
+The request path's counts (requests and their durations, the protocol's answers) are kept in
+plain numbers and added to their metrics in batches (`tally.py`); an exposition adds its worker's
+pending ones first.
+
 Every known label value (limiters, caches, upstreams, outcomes) has its series from the worker's
 start, at 0, so that `rate()` and alerts see the first event.
 
@@ -41,6 +45,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from marketplace.telemetry import MULTIPROCESS_DIR_VARIABLE, WORKERS_VARIABLE
+from marketplace.telemetry.tally import TALLY
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -292,6 +297,7 @@ def multiprocess_dir() -> str | None:
 
 def exposition() -> bytes:
     """The text format of every metric, summed over worker processes when there are several."""
+    TALLY.fold()
     if multiprocess_dir() is None:
         return generate_latest(REGISTRY)
     registry = CollectorRegistry()
@@ -302,5 +308,6 @@ def exposition() -> bytes:
 
 def worker_stopped() -> None:
     """Drop this worker's live gauges (pool usage) so that they stop counting in the sums."""
+    TALLY.fold()
     if multiprocess_dir() is not None:
         multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
