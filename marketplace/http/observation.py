@@ -69,6 +69,13 @@ _LICENCE_KEY = re.compile(r"(/licence/).*", re.IGNORECASE | re.DOTALL)
 def loggable_path(path: str) -> str:
     """The path as logs may show it: a licence key hidden, capped in length, control characters
     escaped."""
+    if (
+        len(path) <= MAX_LOGGED_CHARS
+        and path.isascii()
+        and path.isprintable()
+        and "/licence/" not in path.lower()
+    ):
+        return path  # most paths: nothing to hide, cut or escape, so no pattern needs to run
     return _printable(_LICENCE_KEY.sub(rf"\g<1>{HIDDEN}", path[: MAX_LOGGED_CHARS * 4])[:MAX_LOGGED_CHARS])
 
 
