@@ -9,8 +9,10 @@ of a shared machine falls on every target alike. Each request comes from another
         --source now=. --source before=/tmp/before --path /api/v1/resource/version/2 --workers 1
 
 `--source NAME=DIR` serves the checkout in DIR (its `marketplace` package first on the path);
-`--source-env NAME:VAR=VALUE` gives that build a setting of its own, for example a database at the
-schema its migrations make when the builds differ in it:
+`--source-env NAME:VAR=VALUE` sets a variable for that source only. Beside the rate, its p99 and
+its ratio to the ceiling: the CPU of each server's process tree per request (`/proc`), steadier
+than rates on a loaded machine. `--access-log` serves with the access log on (the default setting).
+A source's own setting is, for example, a database at the schema its migrations make, when the builds differ in it:
 
     python bench/ratio.py --env MARKETPLACE_APP_KEY=bench \\
         --source before=/tmp/before --source-env before:MARKETPLACE_DATABASE_URL=postgresql://.../before \\
@@ -35,6 +37,9 @@ from pathlib import Path
 import httpx
 
 BENCH = Path(__file__).resolve().parent
+sys.path[0] = str(BENCH.parent)
+
+from bench.servers import cpu_seconds, descendants  # noqa: E402
 
 
 def free_port() -> int:
@@ -52,6 +57,12 @@ class Target:
     process: subprocess.Popen[bytes] | None = None
     rates: list[float] = field(default_factory=list)
     p99s: list[float] = field(default_factory=list)
+    # CPU of the server's process tree per answered request, in microseconds.
+    cpu_us: list[float] = field(default_factory=list)
+
+    def cpu(self) -> float:
+        assert self.process is not None
+        return sum(cpu_seconds(pid) for pid in (self.process.pid, *descendants(self.process.pid)))
 
     def start(self) -> None:
         self.process = subprocess.Popen(
@@ -101,13 +112,19 @@ def main() -> None:
     parser.add_argument("--source", action="append", default=[], help="NAME=DIR of a checkout to serve")
     parser.add_argument("--env", action="append", default=[], help="VAR=VALUE for the service")
     parser.add_argument(
-        "--source-env", action="append", default=[], help="NAME:VAR=VALUE for the build NAME only"
+        "--source-env",
+        action="append",
+        default=[],
+        help="NAME:VAR=VALUE for the service of one source only (the same DIR may be two sources)",
     )
     parser.add_argument("--path", action="append", required=True)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument(
+        "--access-log", action="store_true", help="serve with the access log on (the default setting)"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (Debian: apt-get install wrk)")
@@ -140,10 +157,10 @@ def main() -> None:
         name, directory = pair.split("=", 1)
         port = free_port()
         env = {**base_env, "PYTHONPATH": str(Path(directory).resolve())}
-        for setting in args.source_env:
-            source_name, _, assignment = setting.partition(":")
-            if source_name == name:
-                variable, _, value = assignment.partition("=")
+        for entry in args.source_env:
+            source, _, setting = entry.partition(":")
+            if source == name:
+                variable, _, value = setting.partition("=")
                 env[variable] = value
         targets.append(
             Target(
@@ -155,7 +172,7 @@ def main() -> None:
                     str(port),
                     "--workers",
                     str(args.workers),
-                    "--no-access-log",
+                    *(() if args.access_log else ("--no-access-log",)),
                 ],
                 env,
                 port,
@@ -172,7 +189,9 @@ def main() -> None:
                 wrk(target.port, path, 2, args.connections)  # warm-up
             for _ in range(args.rounds):
                 for target in targets:
+                    cpu_before = target.cpu()
                     rate, p99 = wrk(target.port, path, args.seconds, args.connections)
+                    target.cpu_us.append((target.cpu() - cpu_before) / (rate * args.seconds) * 1e6)
                     target.rates.append(rate)
                     target.p99s.append(p99)
         finally:
@@ -182,12 +201,13 @@ def main() -> None:
         print(
             f"\n{path}  (workers={args.workers}, -c{args.connections}, {args.rounds}x{args.seconds}s each, A B A B)"
         )
-        print(f"{'target':<10} {'req/s (median)':>15} {'p99 ms':>8} {'ratio':>7}   runs")
+        print(f"{'target':<10} {'req/s (median)':>15} {'p99 ms':>8} {'ratio':>7} {'CPU us/req':>11}   runs")
         for target in targets:
             rate = statistics.median(target.rates)
             print(
-                f"{target.name:<10} {rate:>15,.0f} {statistics.median(target.p99s):>8.1f} {rate / ceiling:>7.3f}   "
-                + " ".join(f"{r:,.0f}" for r in target.rates)
+                f"{target.name:<10} {rate:>15,.0f} {statistics.median(target.p99s):>8.1f} {rate / ceiling:>7.3f} "
+                f"{statistics.median(target.cpu_us):>11.0f}   " + " ".join(f"{r:,.0f}" for r in target.rates),
+                flush=True,
             )
 
 
