@@ -10,11 +10,20 @@ from datetime import datetime
 from decimal import Decimal
 from typing import NamedTuple
 
-from sqlalchemy import ColumnElement, Integer, String, and_, bindparam, func, or_, select
+from sqlalchemy import ColumnElement, Integer, and_, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from marketplace.catalogue.members import storable
+from marketplace.catalogue.text_search import (
+    holds_text,
+    holds_text_unindexed,
+    prefilter_for,
+    substring_pattern,
+    suffix_candidates,
+    trigram_candidates,
+    walks_the_listing,
+)
 from marketplace.database.readers import AnySelect, Read, Reader, Reads, Row
 from marketplace.models import (
     PUBLIC_STATUSES,
@@ -42,7 +51,6 @@ _LISTED: ColumnElement[bool] = and_(
 )
 
 _RESOURCE_ID = bindparam("resource_id", None, type_=Integer)
-_PATTERN = bindparam("pattern", None, type_=String)
 _LIMIT = bindparam("limit", None, type_=Integer)
 _OFFSET = bindparam("offset", None, type_=Integer)
 
@@ -142,8 +150,8 @@ def _cards() -> AnySelect:
 def _matching(q_filter: bool) -> tuple[ColumnElement[bool], ...]:
     if not q_filter:
         return (_LISTED,)
-    # `%` and `_` in `q` keep their pattern meaning, and the match ignores case.
-    return (_LISTED, or_(Resource.name.ilike(_PATTERN), Resource.tag.ilike(_PATTERN)))
+    # `%` and `_` in `q` keep their pattern meaning, and the match ignores case (text_search.py).
+    return (_LISTED, holds_text())
 
 
 _VERSION_COLUMNS = (
@@ -168,8 +176,40 @@ def _page(q_filter: bool) -> AnySelect:
     return _cards().where(Resource.id.in_(ids)).order_by(Resource.id)
 
 
+def _q_page(*conditions: ColumnElement[bool], walked: bool) -> AnySelect:
+    # Walked: the listing in id order, each row checked, until the page is full. Collected: every
+    # match from an index, then sorted (`id + 0` is not the primary key's order, so the database
+    # cannot walk instead).
+    order = Resource.id if walked else Resource.id + 0
+    ids = select(Resource.id).where(_LISTED, *conditions).order_by(order).limit(_LIMIT).offset(_OFFSET)
+    return _cards().where(Resource.id.in_(ids)).order_by(Resource.id)
+
+
+def _q_count(*conditions: ColumnElement[bool]) -> AnySelect:
+    return select(func.count(Resource.id)).where(_LISTED, *conditions)
+
+
 LISTED_PAGE = Read(_page(False), "limit", "offset")
-MATCHING_PAGE = Read(_page(True), "pattern", "limit", "offset")
+# A `q` search narrowed by the text index of the database (text_search.py), the rule itself
+# checked on each candidate row.
+PREFILTERED_COUNT = Read(
+    _q_count(trigram_candidates(), holds_text_unindexed()),
+    "pattern",
+    "prefilter",
+    variants={"postgresql": _q_count(suffix_candidates(), holds_text_unindexed())},
+)
+PREFILTERED_PAGE = Read(
+    _q_page(trigram_candidates(), holds_text_unindexed(), walked=False),
+    "pattern",
+    "prefilter",
+    "limit",
+    "offset",
+    variants={"postgresql": _q_page(suffix_candidates(), holds_text_unindexed(), walked=False)},
+)
+# A `q` search with no text index to ask: collected where the database's own indexes serve the
+# condition (PostgreSQL's trigram indexes), else walked.
+COLLECTED_PAGE = Read(_q_page(holds_text(), walked=False), "pattern", "limit", "offset")
+WALKED_PAGE = Read(_q_page(holds_text_unindexed(), walked=True), "pattern", "limit", "offset")
 # The resource joined to its versions: no row at all when the resource is not visible, one row of
 # nulls when it has no version.
 VISIBLE_VERSIONS = Read(
@@ -232,6 +272,17 @@ class SearchPage(NamedTuple):
     total: int
 
 
+async def _kept_count(reads: Reads, key: str | None, read: Read, *values: str) -> int:
+    """The exact count of `read`, counted once per generation of the data (`GenerationCounts`)."""
+    total, stamp = reads.counts.get(key)
+    if total is None:
+        counted = await reads.reader.scan(read, *values)
+        total = int(counted[0][0])
+        if stamp is not None:
+            reads.counts.keep(key, stamp, total)
+    return total
+
+
 async def search_published(reads: Reads, *, q: str | None, page: int, per_page: int) -> SearchPage:
     """One page of Published resources in ascending id, filtered on name or tagline by substring.
 
@@ -239,24 +290,38 @@ async def search_published(reads: Reads, *, q: str | None, page: int, per_page: 
     """
     if q is not None and not storable(q):
         return SearchPage(rows=[], total=0)
-    pattern = f"%{q}%" if q is not None else None
-    total, stamp = reads.counts.get(pattern)
-    if total is None:
-        counted = await (
-            reads.reader.scan(LISTED_COUNT) if pattern is None else reads.reader.scan(MATCHING_COUNT, pattern)
-        )
-        total = int(counted[0][0])
-        if stamp is not None:
-            reads.counts.keep(pattern, stamp, total)
     offset = (page - 1) * per_page
+    if q is not None:
+        return await _search_text(reads, q, per_page=per_page, offset=offset)
+    total = await _kept_count(reads, None, LISTED_COUNT)
     if total <= offset:
         return SearchPage(rows=[], total=total)
-    if pattern is not None:
-        rows = await reads.reader.scan(MATCHING_PAGE, pattern, per_page, offset)
-    elif offset <= NEAR_PAGE_ROWS:
+    if offset <= NEAR_PAGE_ROWS:
         rows = await reads.reader.point(LISTED_PAGE, per_page, offset)
     else:
         rows = await reads.reader.scan(LISTED_PAGE, per_page, offset)
+    return SearchPage(rows=[_card(row) for row in rows], total=total)
+
+
+async def _search_text(reads: Reads, q: str, *, per_page: int, offset: int) -> SearchPage:
+    pattern = substring_pattern(q)
+    asked = prefilter_for(reads.dialect_name, q)
+    if asked is not None:
+        total = await _kept_count(reads, pattern, PREFILTERED_COUNT, pattern, asked)
+    else:
+        total = await _kept_count(reads, pattern, MATCHING_COUNT, pattern)
+    if total <= offset:
+        return SearchPage(rows=[], total=total)
+    listed = await _kept_count(reads, None, LISTED_COUNT)
+    if walks_the_listing(matching=total, listed=listed, rows_needed=offset + per_page):
+        rows = await reads.reader.scan(WALKED_PAGE, pattern, per_page, offset)
+    elif asked is not None:
+        rows = await reads.reader.scan(PREFILTERED_PAGE, pattern, asked, per_page, offset)
+    elif reads.dialect_name == "postgresql":
+        rows = await reads.reader.scan(COLLECTED_PAGE, pattern, per_page, offset)
+    else:
+        # No index can narrow the rows: walking reads at most the whole listing, collecting reads it all.
+        rows = await reads.reader.scan(WALKED_PAGE, pattern, per_page, offset)
     return SearchPage(rows=[_card(row) for row in rows], total=total)
 
 

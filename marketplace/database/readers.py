@@ -454,7 +454,9 @@ class GenerationCounts:
 
 @dataclass(frozen=True, slots=True)
 class Reads:
-    """A worker's reader and the counts it keeps."""
+    """A worker's reader, the counts it keeps, and its database (`sqlite`, `postgresql`), by which
+    a read may choose the index it asks before running (text search)."""
 
     reader: Reader
     counts: GenerationCounts
+    dialect_name: str
