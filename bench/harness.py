@@ -69,6 +69,8 @@ class Options:
     request_lines: int
     env: dict[str, str]
     command_line: str
+    # PostgreSQL catalogues are the databases `<prefix>_<resources>`.
+    database_prefix: str = "marketplace_bench"
 
 
 @dataclass
@@ -281,7 +283,7 @@ def _fill(options: Options, profile: str, resources: int) -> tuple[str, Filled, 
         url = f"sqlite:///{path}"
         population = sqlite_population(path)
     else:
-        name = f"marketplace_bench_{resources}"
+        name = f"{options.database_prefix}_{resources}"
         filled = fill_postgresql(
             options.postgres_url,
             name,
