@@ -324,3 +324,39 @@ async def test_migration_0007_indexes_the_resources_already_there_and_its_downgr
         assert (
             await connection.execute(select(func.count()).select_from(Resource.__table__))
         ).scalar_one() == 2
+
+
+async def _searched(services: Services, q: str) -> tuple[int, int]:
+    """How many counts of resources a search ran, and its total."""
+    seen: list[str] = []
+    with observed_reads(services.engine, seen.append):
+        found = await search_published(services.reads, q=q, page=1, per_page=15)
+    return sum("count(resources.id)" in statement for statement in seen), found.total
+
+
+async def _write(engine: AsyncEngine, statement: str) -> None:
+    async with engine.begin() as connection:
+        await connection.execute(text(statement))
+    # Long enough for any worker to have seen the commit (SQLite checks every 10 ms).
+    await asyncio.sleep(0.3)
+
+
+async def test_a_search_total_is_kept_through_writes_that_change_no_search_and_counted_again_after_one_that_does(
+    services: Services,
+) -> None:
+    engine = services.engine
+    await _insert(engine, _resource(1, "Shop One"), _resource(2, "Shop Two"), _resource(3, "Bank"))
+    assert await _searched(services, "shop") == (1, 2)
+    assert await _searched(services, "shop") == (0, 2)
+    # Counters and other tables: what searches find is the same.
+    await _write(engine, "UPDATE resources SET download = download + 1")
+    await _write(engine, "UPDATE users SET name = 'renamed' WHERE id = 1")
+    assert await _searched(services, "shop") == (0, 2)
+    await _write(engine, "UPDATE resources SET name = 'Shop Three' WHERE id = 3")
+    assert await _searched(services, "shop") == (1, 3)
+    await _write(engine, "UPDATE resources SET status = 'draft' WHERE id = 1")
+    assert await _searched(services, "shop") == (1, 2)
+    await _write(engine, "UPDATE resources SET deleted_at = updated_at WHERE id = 2")
+    assert await _searched(services, "shop") == (1, 1)
+    await _write(engine, "DELETE FROM resources WHERE id = 3")
+    assert await _searched(services, "shop") == (1, 0)

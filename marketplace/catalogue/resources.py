@@ -19,6 +19,7 @@ from marketplace.catalogue.text_search import (
     holds_text,
     holds_text_unindexed,
     prefilter_for,
+    search_generation,
     substring_pattern,
     suffix_candidates,
     trigram_candidates,
@@ -166,7 +167,7 @@ _VERSION_COLUMNS = (
 # One statement per read, built once.
 VISIBLE_CARD = Read(_cards().where(Resource.id == _RESOURCE_ID, _VISIBLE), "resource_id")
 LISTED_COUNT = Read(select(func.count(Resource.id)).where(*_matching(False)))
-MATCHING_COUNT = Read(select(func.count(Resource.id)).where(*_matching(True)), "pattern")
+SEARCH_GENERATION = Read(select(search_generation()))
 
 
 def _page(q_filter: bool) -> AnySelect:
@@ -186,7 +187,10 @@ def _q_page(*conditions: ColumnElement[bool], walked: bool) -> AnySelect:
 
 
 def _q_count(*conditions: ColumnElement[bool]) -> AnySelect:
-    return select(func.count(Resource.id)).where(_LISTED, *conditions)
+    # With the total, from the same snapshot: the search generation it holds for, and the highest
+    # id, a bound of the rows a walk of the listing may read (`walks_the_listing`).
+    highest_id = select(func.max(Resource.id)).scalar_subquery()
+    return select(search_generation(), func.count(Resource.id), highest_id).where(_LISTED, *conditions)
 
 
 LISTED_PAGE = Read(_page(False), "limit", "offset")
@@ -208,6 +212,7 @@ PREFILTERED_PAGE = Read(
 )
 # A `q` search with no text index to ask: collected where the database's own indexes serve the
 # condition (PostgreSQL's trigram indexes), else walked.
+MATCHING_COUNT = Read(_q_count(holds_text()), "pattern")
 COLLECTED_PAGE = Read(_q_page(holds_text(), walked=False), "pattern", "limit", "offset")
 WALKED_PAGE = Read(_q_page(holds_text_unindexed(), walked=True), "pattern", "limit", "offset")
 # The resource joined to its versions: no row at all when the resource is not visible, one row of
@@ -272,28 +277,24 @@ class SearchPage(NamedTuple):
     total: int
 
 
-async def _kept_count(reads: Reads, key: str | None, read: Read, *values: str) -> int:
-    """The exact count of `read`, counted once per generation of the data (`GenerationCounts`)."""
-    total, stamp = reads.counts.get(key)
-    if total is None:
-        counted = await reads.reader.scan(read, *values)
-        total = int(counted[0][0])
-        if stamp is not None:
-            reads.counts.keep(key, stamp, total)
-    return total
-
-
 async def search_published(reads: Reads, *, q: str | None, page: int, per_page: int) -> SearchPage:
     """One page of Published resources in ascending id, filtered on name or tagline by substring.
 
-    The exact total is counted once per generation of the data and filter, not per request.
+    The exact total is counted once per generation of the data and filter, not per request: for
+    the listing, until anything is written; for a text search, until what searches find changes
+    (`SearchTotals`).
     """
     if q is not None and not storable(q):
         return SearchPage(rows=[], total=0)
     offset = (page - 1) * per_page
     if q is not None:
         return await _search_text(reads, q, per_page=per_page, offset=offset)
-    total = await _kept_count(reads, None, LISTED_COUNT)
+    total, stamp = reads.counts.get(None)
+    if total is None:
+        counted = await reads.reader.scan(LISTED_COUNT)
+        total = int(counted[0][0])
+        if stamp is not None:
+            reads.counts.keep(None, stamp, total)
     if total <= offset:
         return SearchPage(rows=[], total=total)
     if offset <= NEAR_PAGE_ROWS:
@@ -306,14 +307,22 @@ async def search_published(reads: Reads, *, q: str | None, page: int, per_page: 
 async def _search_text(reads: Reads, q: str, *, per_page: int, offset: int) -> SearchPage:
     pattern = substring_pattern(q)
     asked = prefilter_for(reads.dialect_name, q)
-    if asked is not None:
-        total = await _kept_count(reads, pattern, PREFILTERED_COUNT, pattern, asked)
+    generation = (await reads.reader.point(SEARCH_GENERATION))[0][0]
+    kept = reads.search_totals.get(pattern, generation)
+    if kept is None:
+        counted = await (
+            reads.reader.scan(PREFILTERED_COUNT, pattern, asked)
+            if asked is not None
+            else reads.reader.scan(MATCHING_COUNT, pattern)
+        )
+        counted_under, total, highest_id = counted[0]
+        total, highest_id = int(total), int(highest_id or 0)
+        reads.search_totals.keep(pattern, int(counted_under), total, highest_id)
     else:
-        total = await _kept_count(reads, pattern, MATCHING_COUNT, pattern)
+        total, highest_id = kept
     if total <= offset:
         return SearchPage(rows=[], total=total)
-    listed = await _kept_count(reads, None, LISTED_COUNT)
-    if walks_the_listing(matching=total, listed=listed, rows_needed=offset + per_page):
+    if walks_the_listing(matching=total, listed=highest_id, rows_needed=offset + per_page):
         rows = await reads.reader.scan(WALKED_PAGE, pattern, per_page, offset)
     elif asked is not None:
         rows = await reads.reader.scan(PREFILTERED_PAGE, pattern, asked, per_page, offset)

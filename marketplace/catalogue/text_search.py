@@ -22,7 +22,10 @@ from __future__ import annotations
 import re
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
+    Integer,
+    ScalarSelect,
     String,
     bindparam,
     cast,
@@ -50,6 +53,13 @@ _WILDCARDS = re.compile(r"[%_]")
 
 # SQLite's FTS5 table of lowered names and taglines (migration 0007); its rowid is the resource id.
 _RESOURCE_SEARCH = table("resource_search", column("rowid"))
+# The number triggers move on every write that can change what a search finds (migration 0007).
+_SEARCH_GENERATION = table("search_generation", column("id", Integer), column("value", BigInteger))
+
+
+def search_generation() -> ScalarSelect[int]:
+    """The current search generation, as a value a statement reads in its own snapshot."""
+    return select(_SEARCH_GENERATION.c.value).where(_SEARCH_GENERATION.c.id == 1).scalar_subquery()
 
 
 def substring_pattern(q: str) -> str:

@@ -15,10 +15,15 @@ Search keeps its meaning (`q` is a case-insensitive substring of the name or the
 - SQLite: an FTS5 table of the lowered name and tagline with the trigram tokenizer, case
   sensitive since the text is already lowered by the service's own `lower()`, so that it folds
   case exactly as the search condition does. Triggers keep it in step with `resources`.
+
+`search_generation` holds one number, moved by triggers on every write that can change which
+resources a search finds (a resource added or removed, its name, tagline, status or deletion
+changed) and by no other: the totals of searches are kept until it moves (`readers.py`).
 """
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
@@ -37,28 +42,63 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
 $$
 """
 
-_SQLITE_TRIGGERS = (
+_POSTGRESQL_GENERATION = (
     """
+    CREATE OR REPLACE FUNCTION search_generation_moves() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE search_generation SET value = value + 1 WHERE id = 1;
+        RETURN NULL;
+    END
+    $$
+    """,
+    # Once per statement: a bulk change moves it once.
+    """
+    CREATE TRIGGER search_generation_after_write
+    AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF id, name, tag, status, deleted_at ON resources
+    FOR EACH STATEMENT EXECUTE FUNCTION search_generation_moves()
+    """,
+)
+
+_MOVE_GENERATION = "UPDATE search_generation SET value = value + 1 WHERE id = 1;"
+
+_SQLITE_TRIGGERS = (
+    f"""
     CREATE TRIGGER resource_search_after_insert AFTER INSERT ON resources BEGIN
         INSERT INTO resource_search (rowid, name, tag) VALUES (new.id, lower(new.name), lower(new.tag));
+        {_MOVE_GENERATION}
     END
     """,
-    """
+    f"""
     CREATE TRIGGER resource_search_after_update AFTER UPDATE OF id, name, tag ON resources BEGIN
         DELETE FROM resource_search WHERE rowid = old.id;
         INSERT INTO resource_search (rowid, name, tag) VALUES (new.id, lower(new.name), lower(new.tag));
+        {_MOVE_GENERATION}
     END
     """,
-    """
+    f"""
+    CREATE TRIGGER resource_search_after_listing_change AFTER UPDATE OF status, deleted_at ON resources BEGIN
+        {_MOVE_GENERATION}
+    END
+    """,
+    f"""
     CREATE TRIGGER resource_search_after_delete AFTER DELETE ON resources BEGIN
         DELETE FROM resource_search WHERE rowid = old.id;
+        {_MOVE_GENERATION}
     END
     """,
 )
 
 
 def upgrade() -> None:
+    op.create_table(
+        "search_generation",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("value", sa.BigInteger, nullable=False),
+    )
+    op.execute("INSERT INTO search_generation (id, value) VALUES (1, 0)")
     if op.get_bind().dialect.name == "postgresql":
+        for statement in _POSTGRESQL_GENERATION:
+            op.execute(statement)
         op.execute(_POSTGRESQL_FUNCTION)
         op.execute(
             "CREATE INDEX IF NOT EXISTS ix_resources_search_suffixes ON resources "
@@ -78,13 +118,17 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
+        op.execute("DROP TRIGGER IF EXISTS search_generation_after_write ON resources")
+        op.execute("DROP FUNCTION IF EXISTS search_generation_moves()")
         op.execute("DROP INDEX IF EXISTS ix_resources_search_suffixes")
         op.execute("DROP FUNCTION IF EXISTS resource_search_suffixes(text, text)")
-        return
-    for name in (
-        "resource_search_after_delete",
-        "resource_search_after_update",
-        "resource_search_after_insert",
-    ):
-        op.execute(f"DROP TRIGGER IF EXISTS {name}")
-    op.execute("DROP TABLE IF EXISTS resource_search")
+    else:
+        for name in (
+            "resource_search_after_delete",
+            "resource_search_after_listing_change",
+            "resource_search_after_update",
+            "resource_search_after_insert",
+        ):
+            op.execute(f"DROP TRIGGER IF EXISTS {name}")
+        op.execute("DROP TABLE IF EXISTS resource_search")
+    op.drop_table("search_generation")
