@@ -10,7 +10,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import NamedTuple
 
-from sqlalchemy import ColumnElement, Integer, and_, bindparam, func, select
+from sqlalchemy import ColumnElement, Integer, and_, bindparam, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -40,6 +40,8 @@ from marketplace.models import (
 MAX_ID = 2**31 - 1
 # The current version number of a resource without a released version, as the update check says it.
 NO_RELEASE_TEXT = "(soon)"
+# The most rows a search page holds (the contract's largest `size`).
+MAX_PAGE_ROWS = 25
 # A listing page starting past this many rows walks too many to stay on the event loop's thread.
 NEAR_PAGE_ROWS = 1000
 
@@ -183,7 +185,11 @@ def _q_page(*conditions: ColumnElement[bool], walked: bool) -> AnySelect:
     # cannot walk instead).
     order = Resource.id if walked else Resource.id + 0
     ids = select(Resource.id).where(_LISTED, *conditions).order_by(order).limit(_LIMIT).offset(_OFFSET)
-    return _cards().where(Resource.id.in_(ids)).order_by(Resource.id)
+    # The page's own bound, written in the statement: PostgreSQL's generic plan of a bound given as
+    # a parameter assumes a tenth of the matches, which for a walk it guesses as half the listing
+    # makes the cards' plan look costly enough to compile (JIT), 0.8 s a page on 200,000 resources.
+    page_bound = literal_column(str(MAX_PAGE_ROWS), Integer)
+    return _cards().where(Resource.id.in_(ids)).order_by(Resource.id).limit(page_bound)
 
 
 def _q_count(*conditions: ColumnElement[bool]) -> AnySelect:
