@@ -72,6 +72,8 @@ class Options:
     command_line: str
     # Also the service with `--no-access-log`, beside the one with its default settings.
     access_log_comparison: bool = True
+    # PostgreSQL catalogues are the databases `<prefix>_<resources>`.
+    database_prefix: str = "marketplace_bench"
 
 
 @dataclass
@@ -297,7 +299,7 @@ def fill_catalogue(options: Options, profile: str, resources: int) -> tuple[str,
         url = f"sqlite:///{path}"
         population = sqlite_population(path)
     else:
-        name = f"marketplace_bench_{resources}"
+        name = f"{options.database_prefix}_{resources}"
         filled = fill_postgresql(
             options.postgres_url,
             name,

@@ -105,6 +105,12 @@ def parser() -> argparse.ArgumentParser:
         help="a database of the server where the catalogues' databases are created",
     )
     found.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    found.add_argument(
+        "--database-prefix",
+        default="marketplace_bench",
+        help="PostgreSQL catalogues are the databases PREFIX_<resources>: another prefix keeps a build "
+        "whose migrations differ off the shared catalogues",
+    )
     found.add_argument("--refill", action="store_true", help="fill again even if the catalogue is there")
     found.add_argument("--seed", type=int, default=1)
     found.add_argument("--request-lines", type=int, default=50_000, help="request lines per route")
@@ -142,6 +148,7 @@ def options_from(arguments: argparse.Namespace, argv: list[str]) -> Options:
         env=dict(pair.split("=", 1) for pair in arguments.env),
         command_line=shlex.join(["python", "bench/run.py", *argv]),
         access_log_comparison=not arguments.only_defaults,
+        database_prefix=arguments.database_prefix,
     )
 
 

@@ -167,6 +167,7 @@ def build_services(settings: Settings) -> Services:
         reads=Reads(
             reader=reader,
             counts=GenerationCounts(changes, max_age_seconds=settings.worker_cache_max_age_seconds),
+            dialect_name=engine.dialect.name,
         ),
         replica_engines=replica_engines,
     )

@@ -31,7 +31,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -481,9 +481,46 @@ class GenerationCounts:
         return len(self._counts)
 
 
+class SearchTotals:
+    """Totals of text searches, each kept with the search generation it was counted under.
+
+    The search generation is a number in the database (`search_generation`, migration 0007) that
+    triggers move on every write that can change which resources a search finds, and on no other
+    (a download, a purchase, a review leave it). A total is counted in the same statement that
+    reads the generation, so the two come from one snapshot; it answers while the generation the
+    caller has just read is that one. Writes elsewhere in the database do not drop it, as they do
+    the listing's count (`GenerationCounts`).
+    """
+
+    def __init__(self, max_entries: int = MAX_KEPT_COUNTS) -> None:
+        self._max_entries = max_entries
+        # key -> (search generation, total, what else was counted with it)
+        self._totals: OrderedDict[Hashable, tuple[int, int, int]] = OrderedDict()
+
+    def get(self, key: Hashable, generation: int) -> tuple[int, int] | None:
+        """The total kept for `key` and what was counted with it, if counted under `generation`."""
+        found = self._totals.get(key)
+        if found is None or found[0] != generation:
+            return None
+        self._totals.move_to_end(key)
+        return found[1], found[2]
+
+    def keep(self, key: Hashable, generation: int, total: int, beside: int) -> None:
+        self._totals[key] = (generation, total, beside)
+        self._totals.move_to_end(key)
+        while len(self._totals) > self._max_entries:
+            self._totals.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._totals)
+
+
 @dataclass(frozen=True, slots=True)
 class Reads:
-    """A worker's reader and the counts it keeps."""
+    """A worker's reader, the counts it keeps, and its database (`sqlite`, `postgresql`), by which
+    a read may choose the index it asks before running (text search)."""
 
     reader: Reader
     counts: GenerationCounts
+    dialect_name: str
+    search_totals: SearchTotals = field(default_factory=SearchTotals)
