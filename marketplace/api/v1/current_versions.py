@@ -61,6 +61,8 @@ _VERSION_TABLES = ("resources", "versions")
 BEYOND = -1
 
 CLOSE_TIMEOUT_SECONDS = 5.0
+# How long the build waits for the change feed's first verdict.
+FIRST_VERDICT_SECONDS = 10.0
 
 _NOT_VISIBLE = 0
 _UNKNOWN = 1
@@ -244,6 +246,11 @@ class CurrentVersionMap:
                 await asyncio.sleep(1.0)
 
     async def _build(self) -> None:
+        # Built once the feed has its first verdict: proving it announces that everything may
+        # have changed, which would send the ranges read before it to be read again.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FIRST_VERDICT_SECONDS):
+                await self._changes.proven()
         rows = await self._reader.scan(HIGHEST_RESOURCE_ID)
         highest, count = int(rows[0][0] or 0), int(rows[0][1] or 0)
         self._count = count
@@ -261,6 +268,9 @@ class CurrentVersionMap:
         for range_index in range(len(self._range_as_of)):
             await self._read_range(range_index)
         await self._read_range(BEYOND)
+        # What changed while building is read before the map counts as built.
+        while self._dirty and not self._closing:
+            await self._read_range(min(self._dirty))
 
     async def _refresh_due(self) -> None:
         """Read the dirty ranges, then the oldest one once it is due; else wait until it is."""
