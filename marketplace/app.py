@@ -82,6 +82,8 @@ class MarketplaceApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                # Built in the background: the update check reads the database until it is.
+                self.services.current_versions.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.services.close()

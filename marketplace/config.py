@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     # The oldest a kept answer or count may be when served, whatever the change notices do
     # (freshness.py): the bound on staleness when a change arrives without a notice.
     worker_cache_max_age_seconds: float = Field(default=60.0, gt=0)
+    # Each worker holds every visible resource's current version for the update check, built at
+    # its start (api/v1/current_versions.py); within the same maximum age.
+    current_version_map: bool = True
     # HTTPS served by `marketplace serve` itself (PEM files); both or neither.
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = Field(default=None, validate_default=True)

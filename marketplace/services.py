@@ -13,6 +13,7 @@ import httpx
 from sqlalchemy import QueuePool, event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from marketplace.api.v1.current_versions import CurrentVersionMap
 from marketplace.config import Settings
 from marketplace.database.changes import change_feed_for, follow_own_commits
 from marketplace.database.engine import async_url, create_engine, masked_url, session_factory
@@ -43,6 +44,8 @@ class Services:
     worker_cache: WorkerCache
     # The public reads' statements and the counts kept per generation (readers.py).
     reads: Reads
+    # Every visible resource's current version answer, for the update check (current_versions.py).
+    current_versions: CurrentVersionMap
     http: httpx.AsyncClient
     app_key: bytes
     # Engines of the read replicas the public reads may use (replicas.py); none by default.
@@ -59,6 +62,7 @@ class Services:
 
     async def close(self) -> None:
         await self.http.aclose()
+        await self.current_versions.close()
         await self.worker_cache.close()
         await self.store.close()
         self.reads.reader.close()
@@ -143,6 +147,12 @@ def build_services(settings: Settings) -> Services:
         reader = ReplicaReader(
             reader, engine, replicas, changes, max_lag_seconds=settings.read_replica_max_lag_seconds
         )
+    worker_cache = WorkerCache(
+        changes,
+        max_entries=settings.worker_cache_max_entries,
+        max_bytes=settings.worker_cache_max_bytes,
+        max_age_seconds=settings.worker_cache_max_age_seconds,
+    )
     return Services(
         settings=settings,
         engine=engine,
@@ -150,12 +160,7 @@ def build_services(settings: Settings) -> Services:
         write_sessions=session_factory(engine),
         store=store,
         answers=AnswerCache(store, settings.upstream_timeout_seconds + _CACHE_WAIT_MARGIN_SECONDS),
-        worker_cache=WorkerCache(
-            changes,
-            max_entries=settings.worker_cache_max_entries,
-            max_bytes=settings.worker_cache_max_bytes,
-            max_age_seconds=settings.worker_cache_max_age_seconds,
-        ),
+        worker_cache=worker_cache,
         # Each call's total time is bounded by asyncio.timeout in the upstream clients; this one
         # bounds each phase so that a stalled connect never outlives that.
         http=httpx.AsyncClient(
@@ -168,6 +173,13 @@ def build_services(settings: Settings) -> Services:
             reader=reader,
             counts=GenerationCounts(changes, max_age_seconds=settings.worker_cache_max_age_seconds),
             dialect_name=engine.dialect.name,
+        ),
+        current_versions=CurrentVersionMap(
+            reader,
+            changes,
+            max_age_seconds=settings.worker_cache_max_age_seconds,
+            # Without a worker cache nothing is kept in memory: every answer is read.
+            enabled=settings.current_version_map and worker_cache.enabled,
         ),
         replica_engines=replica_engines,
     )

@@ -222,6 +222,18 @@ VISIBLE_CURRENT_VERSION = Read(
     .where(Resource.id == _RESOURCE_ID, _VISIBLE),
     "resource_id",
 )
+# Every visible resource of an id range with its current version number (the version map's rows).
+VISIBLE_CURRENT_VERSIONS = Read(
+    select(Resource.id, Version.version)
+    .select_from(Resource)
+    .outerjoin(Version, and_(Version.id == Resource.current_version_id, Version.resource_id == Resource.id))
+    .where(Resource.id >= bindparam("first_id", None, type_=Integer))
+    .where(Resource.id <= bindparam("last_id", None, type_=Integer), _VISIBLE)
+    .order_by(Resource.id),
+    "first_id",
+    "last_id",
+)
+HIGHEST_RESOURCE_ID = Read(select(func.max(Resource.id), func.count(Resource.id)))
 VISIBLE_STATS_ID = Read(select(Resource.stats_id).where(Resource.id == _RESOURCE_ID, _VISIBLE), "resource_id")
 
 

@@ -11,6 +11,22 @@ a notice that is lost, can cost.
   connection of its own and proves, every few seconds, that its own probe notice comes back.
 - SQLite: `PRAGMA data_version` on a connection of the worker's own changes whenever another
   connection (of any process) commits; each worker reads it every 10 ms at most.
+
+A notice names what changed (`Change`): the table, and the resources whose own answers it touches
+(`RESOURCE_COLUMNS`), so that a worker drops those answers only, not every answer it keeps. Each
+change moves the generation by one, and `changes_since` tells a cache which changes a generation
+move stands for; `EVERYTHING` (a notice that names nothing, or too much, or a feed that was not
+followed for a while) empties every cache, as every change did before.
+
+- PostgreSQL: statement triggers (migration 0008) send `table:ids` in the notice's payload, at
+  most `MAX_NAMED_RESOURCES` ids (beyond, `table:*`: every resource of the table), and collect the
+  same in a transaction-local setting, which the service's own writer reads before it commits: the
+  worker that wrote drops exactly what it changed at once, without waiting for its notice.
+- SQLite: `PRAGMA data_version` says only *that* another connection committed. Row triggers
+  (migration 0008) write each change into the `change_log` table in the writing transaction; a
+  worker whose counter moved reads the log past the last id it saw. Ids follow the commit order
+  (SQLite has one writer at a time), so a gap (the log trimmed past what the worker saw) means
+  changes were missed: everything changed.
 """
 
 from __future__ import annotations
@@ -23,8 +39,10 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import quote
 
 from sqlalchemy import event
@@ -36,7 +54,14 @@ from marketplace.telemetry.logs import start_background
 logger = logging.getLogger("marketplace.database.changes")
 
 CHANNEL = "marketplace_changes"
+# Sent by the service's own writer only for a transaction no trigger named: everything changed.
 _NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
+# What the triggers of the transaction collected (`;`-separated payloads), read before its commit.
+TRANSACTION_CHANGES_SETTING = "marketplace.changes"
+_READ_TRANSACTION_CHANGES = f"SELECT current_setting('{TRANSACTION_CHANGES_SETTING}', true)"
+# In that setting, a change that names nothing (a TRUNCATE): the payload of EVERYTHING is empty.
+EVERYTHING_MARK = "!"
+_TRANSACTION_CHANGES = "marketplace_transaction_changes"
 # A worker's probe notice, on a channel of its own.
 PROBE_STATEMENT = "SELECT pg_notify($1, '')"
 # Statements that change nothing; anything else counts as a write (erring towards a notice).
@@ -51,6 +76,97 @@ PROBE_TIMEOUT_SECONDS = 2.0
 RECONNECT_DELAY_SECONDS = 1.0
 # How stale a SQLite worker's view of other processes' commits may be.
 SQLITE_CHECK_SECONDS = 0.01
+
+# Tables whose rows belong to one resource, by the column naming it: a change to them touches that
+# resource's own answers (its card, versions, current version). A change to any other table
+# touches no resource's own answer, only what lists or names across resources and users.
+RESOURCE_COLUMNS = {
+    "resources": "id",
+    "versions": "resource_id",
+    "accesses": "resource_id",
+    "reviews": "resource_id",
+}
+# More ids than this in one statement are not named: the notice says every resource of the table.
+# 500 ids of 10 digits stay far below PostgreSQL's 8000-byte payload limit.
+MAX_NAMED_RESOURCES = 500
+# How many changes a feed remembers for the caches that have not looked since.
+CHANGE_HISTORY = 4096
+# Change-log rows read at once by a SQLite worker; more than this unread is taken as everything.
+SQLITE_LOG_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One committed change as its notice names it.
+
+    `table` is empty when unknown; `resource_ids` None means any resource (unknown or too many),
+    an empty set no resource's own answers (a table that belongs to no resource).
+    """
+
+    table: str
+    resource_ids: frozenset[int] | None
+
+    @property
+    def is_everything(self) -> bool:
+        return self.table == ""
+
+    def payload(self) -> str:
+        if self.is_everything:
+            return ""
+        if self.resource_ids is None:
+            return f"{self.table}:*"
+        return f"{self.table}:{','.join(str(i) for i in sorted(self.resource_ids))}"
+
+    @classmethod
+    def from_payload(cls, payload: str) -> Change:
+        """The change a notice's payload names; anything unreadable is everything."""
+        table, colon, ids = payload.partition(":")
+        if not colon or not table:
+            return EVERYTHING
+        if ids == "*":
+            return cls(table, None)
+        try:
+            return cls(table, frozenset(int(i) for i in ids.split(",") if i))
+        except ValueError:
+            return EVERYTHING
+
+
+EVERYTHING = Change("", None)
+
+
+def changes_of_setting(collected: str | None) -> list[Change] | None:
+    """The changes a transaction's triggers collected; None when no trigger named any."""
+    if not collected:
+        return None
+    return [
+        EVERYTHING if part == EVERYTHING_MARK else Change.from_payload(part) for part in collected.split(";")
+    ]
+
+
+@runtime_checkable
+class ChangeHistory(Protocol):
+    def changes_since(self, generation: int) -> Sequence[Change] | None:
+        """The changes that moved the generation past `generation`; None when not known."""
+
+
+class _History:
+    """The last changes, each with the generation it moved to."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._changes: deque[tuple[int, Change]] = deque(maxlen=CHANGE_HISTORY)
+
+    def add(self, changes: Iterable[Change]) -> None:
+        for change in changes:
+            self.generation += 1
+            self._changes.append((self.generation, change))
+
+    def since(self, generation: int) -> Sequence[Change] | None:
+        if generation == self.generation:
+            return ()
+        if generation > self.generation or not self._changes or self._changes[0][0] > generation + 1:
+            return None
+        return [change for moved_to, change in self._changes if moved_to > generation]
 
 
 def announce_commits(engine: AsyncEngine) -> None:
@@ -69,12 +185,19 @@ def announce_commits(engine: AsyncEngine) -> None:
     def announce_before_commit(connection: Any) -> None:
         # Still inside the transaction: the notice is delivered if, and when, it commits.
         if connection.info.pop(_WROTE, False):
+            named: list[Change] | None = None
             if notify:
-                connection.exec_driver_sql(_NOTIFY)
+                collected = connection.exec_driver_sql(_READ_TRANSACTION_CHANGES).scalar()
+                named = changes_of_setting(collected)
+                # The triggers sent their notices; a write no trigger saw announces everything.
+                if named is None:
+                    connection.exec_driver_sql(_NOTIFY)
             connection.info[_COMMITTED_WRITE] = True
+            connection.info[_TRANSACTION_CHANGES] = named
 
     def forget_writes(connection: Any) -> None:
         connection.info.pop(_WROTE, None)
+        connection.info.pop(_TRANSACTION_CHANGES, None)
 
     event.listen(engine.sync_engine, "after_cursor_execute", note_write)
     event.listen(engine.sync_engine, "commit", announce_before_commit)
@@ -91,7 +214,7 @@ def follow_own_commits(engine: AsyncEngine, feed: ChangeFeed) -> None:
 
     def checked_in(_dbapi_connection: Any, record: Any) -> None:
         if record is not None and record.info.pop(_COMMITTED_WRITE, False):
-            feed.local_change()
+            feed.local_change(record.info.pop(_TRANSACTION_CHANGES, None))
 
     event.listen(engine.sync_engine.pool, "checkin", checked_in)
 
@@ -100,8 +223,8 @@ class ChangeFeed(Protocol):
     def generation(self) -> int | None:
         """The data's generation as this worker knows it; None while changes cannot be followed."""
 
-    def local_change(self) -> None:
-        """This worker committed a change (its notice to the other workers is on its way)."""
+    def local_change(self, changes: Sequence[Change] | None = None) -> None:
+        """This worker committed `changes` (None: unknown), its notice to the others on its way."""
 
     async def proven(self) -> bool | None:
         """Whether other processes' changes are known to reach this worker (None: no feed to prove)."""
@@ -115,7 +238,7 @@ class NoChangeFeed:
     def generation(self) -> int | None:
         return None
 
-    def local_change(self) -> None:
+    def local_change(self, changes: Sequence[Change] | None = None) -> None:
         return None
 
     async def proven(self) -> bool | None:
@@ -130,7 +253,8 @@ class SqliteChangeFeed:
 
     The counter moves when any other connection (of any process) commits. Read at most every
     `SQLITE_CHECK_SECONDS` (each read costs several µs, a tenth of a cached answer); this worker's
-    own commits count at once.
+    own commits are looked for at once. When it moved, the change log (`change_log`, written by the
+    triggers of migration 0008) names what changed; a database without it changes everything.
     """
 
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
@@ -140,17 +264,32 @@ class SqliteChangeFeed:
         self._clock = clock
         self._data_version: int | None = None
         self._next_check = -math.inf
-        self._local_changes = 0
+        self._history = _History()
+        # The last change-log id seen; None before the first look (or without a log).
+        self._last_logged: int | None = None
 
     def generation(self) -> int | None:
         now = self._clock()
         if now >= self._next_check:
-            self._data_version = self._read_data_version()
             self._next_check = now + SQLITE_CHECK_SECONDS
+            data_version = self._read_data_version()
+            if data_version is None:
+                self._data_version = None
+                self._last_logged = None
+                return None
+            if self._data_version is None:
+                # Following (again): what was committed meanwhile is unknown.
+                self._history.add([EVERYTHING])
+                self._last_logged = self._read_last_logged()
+            elif data_version != self._data_version:
+                self._history.add(self._logged_changes())
+            self._data_version = data_version
         if self._data_version is None:
             return None
-        # Both only grow: their sum moves whenever either does.
-        return self._data_version + self._local_changes
+        return self._history.generation
+
+    def changes_since(self, generation: int) -> Sequence[Change] | None:
+        return self._history.since(generation)
 
     def _read_data_version(self) -> int | None:
         try:
@@ -164,8 +303,45 @@ class SqliteChangeFeed:
             return None
         return int(row[0])
 
-    def local_change(self) -> None:
-        self._local_changes += 1
+    def _read_last_logged(self) -> int | None:
+        assert self._connection is not None
+        try:
+            row = self._connection.execute("SELECT max(id) FROM change_log").fetchone()
+        except sqlite3.Error:
+            return None
+        return int(row[0] or 0)
+
+    def _logged_changes(self) -> list[Change]:
+        """What the log holds past the last id seen (a commit that logged nothing changed nothing)."""
+        assert self._connection is not None
+        if self._last_logged is None:
+            self._last_logged = self._read_last_logged()
+            return [EVERYTHING]
+        try:
+            rows = self._connection.execute(
+                "SELECT id, table_name, resource_id FROM change_log WHERE id > ? ORDER BY id LIMIT ?",
+                (self._last_logged, SQLITE_LOG_BATCH + 1),
+            ).fetchall()
+        except sqlite3.Error:
+            self._last_logged = None
+            return [EVERYTHING]
+        if not rows:
+            return []
+        if rows[0][0] != self._last_logged + 1 or len(rows) > SQLITE_LOG_BATCH:
+            # Trimmed past what this worker saw, or too much at once: read afresh.
+            self._last_logged = self._read_last_logged()
+            return [EVERYTHING]
+        self._last_logged = int(rows[-1][0])
+        named: dict[str, set[int]] = {}
+        for _id, table, resource_id in rows:
+            ids = named.setdefault(table, set())
+            if resource_id is not None:
+                ids.add(int(resource_id))
+        return [Change(table, frozenset(ids)) for table, ids in named.items()]
+
+    def local_change(self, changes: Sequence[Change] | None = None) -> None:
+        # The log holds what this worker wrote: look at once rather than within the check interval.
+        self._next_check = -math.inf
 
     async def proven(self) -> bool | None:
         # Every commit of every process moves the counter: nothing can get past it unseen.
@@ -199,7 +375,7 @@ class PostgresChangeFeed:
         self._engine = engine
         self._connect_timeout = connect_timeout
         self._probe_channel = f"{CHANNEL}_probe_{os.getpid()}_{secrets.token_hex(4)}"
-        self._generation = 0
+        self._history = _History()
         self._proven = False
         self._task: asyncio.Task[None] | None = None
         # Set once the first verdict (proven or not) is known, for `/up` right after the start.
@@ -213,7 +389,10 @@ class PostgresChangeFeed:
 
     def generation(self) -> int:
         self._start()
-        return self._generation
+        return self._history.generation
+
+    def changes_since(self, generation: int) -> Sequence[Change] | None:
+        return self._history.since(generation)
 
     def _start(self) -> None:
         if self._closing or (self._task is not None and not self._task.done()):
@@ -228,15 +407,15 @@ class PostgresChangeFeed:
         await self._verdict.wait()
         return self._proven
 
-    def _changed(self, *_args: Any) -> None:
-        self._generation += 1
+    def _changed(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
+        self._history.add([Change.from_payload(payload)])
 
     def _probe_arrived(self, *_args: Any) -> None:
         if self._probe_came_back is not None:
             self._probe_came_back.set()
 
-    def local_change(self) -> None:
-        self._generation += 1
+    def local_change(self, changes: Sequence[Change] | None = None) -> None:
+        self._history.add(changes if changes is not None else [EVERYTHING])
 
     async def _follow(self) -> None:
         while not self._closing:
@@ -295,7 +474,7 @@ class PostgresChangeFeed:
     def _proven_now(self) -> None:
         if not self._proven:
             # Whatever was committed while the feed was not proven is unknown: start afresh.
-            self._generation += 1
+            self._history.add([EVERYTHING])
             if self._in_outage:
                 logger.info("database change notices arrive again")
             self._in_outage = False

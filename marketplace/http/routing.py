@@ -29,6 +29,7 @@ from marketplace.http.observation import HIDDEN, UNMATCHED_ROUTE, request_client
 from marketplace.telemetry.metrics import DB_POOL_TIMEOUTS
 
 if TYPE_CHECKING:
+    from marketplace.http.worker_cache import CachedAnswer
     from marketplace.services import Services
 
 logger = logging.getLogger("marketplace.http")
@@ -81,6 +82,12 @@ class ApiRoute:
     hidden_params: tuple[str, ...] = ()
     # A public read whose 200 answers each worker may keep until the data changes (worker_cache.py).
     cached: bool = False
+    # For a cached route whose answer depends on one resource only: that resource's id (None:
+    # the path names none), so that a change to another resource keeps the answer.
+    resource_of: Callable[[dict[str, str]], int | None] | None = None
+    # An answer the worker holds in memory, tried before the cache: a kept answer, None when it
+    # cannot say (the route runs), or it raises the route's error (a 404).
+    answer_in_memory: Callable[[Services, dict[str, str]], CachedAnswer | None] | None = None
     pattern: re.Pattern[str] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -113,6 +120,12 @@ def _first_segment(route_path: str) -> str | None:
 
 def not_found_answer(headers: dict[str, str] | None = None) -> Response:
     return JsonAnswer({"message": "Not found."}, status_code=404, headers=headers)
+
+
+def _error_answer(error: ApiError) -> Response:
+    return Response(
+        error_body(error.message, error.errors), status_code=error.status_code, media_type="application/json"
+    )
 
 
 class ApiRouter:
@@ -190,6 +203,17 @@ class ApiRouter:
             (name.lower().encode("latin-1"), value.encode("latin-1"))
             for name, value in limit_headers(counted).items()
         ]
+        if route.answer_in_memory is not None:
+            try:
+                held = route.answer_in_memory(self.services, params)
+            except ApiError as error:
+                not_answered = _error_answer(error)
+                not_answered.raw_headers.extend(headers)
+                await not_answered(scope, receive, send)
+                return
+            if held is not None:
+                await held.send(send, headers)
+                return
         stamp: Stamp | None = None
         if route.cached:
             key = (route.name, scope["path"], scope["query_string"])
@@ -202,13 +226,10 @@ class ApiRouter:
         try:
             response = await route.endpoint(ApiCall(request, params, route, self.services, ip))
             if stamp is not None:
-                self.services.worker_cache.keep(key, stamp, response)
+                resource_id = None if route.resource_of is None else route.resource_of(params)
+                self.services.worker_cache.keep(key, stamp, response, resource_id=resource_id)
         except ApiError as error:
-            response = Response(
-                error_body(error.message, error.errors),
-                status_code=error.status_code,
-                media_type="application/json",
-            )
+            response = _error_answer(error)
         except Exception as error:
             # A failure inside a counted request still answers with the limiter headers, as every
             # error answer does; the edge only catches what happens outside the route.

@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from marketplace.api.v1 import authors, chat, gifts, licence, payments, resources, stats
+from marketplace.api.v1.bindings import resource_in_path
 from marketplace.http.limits import Limit, limit_key
 from marketplace.http.routing import ApiRoute
 from marketplace.platform_names import PlatformNames
@@ -62,7 +63,12 @@ ROUTES = (
     ),
     ApiRoute("GET", "/resource/user", "api.v1.resources.user", resources.user_names, cached=True),
     ApiRoute(
-        "GET", "/resource/versions/{resource}", "api.v1.resources.versions", resources.versions, cached=True
+        "GET",
+        "/resource/versions/{resource}",
+        "api.v1.resources.versions",
+        resources.versions,
+        cached=True,
+        resource_of=resource_in_path,
     ),
     ApiRoute(
         "GET",
@@ -70,8 +76,17 @@ ROUTES = (
         "api.v1.resources.version.current",
         resources.current_version_number,
         cached=True,
+        resource_of=resource_in_path,
+        answer_in_memory=resources.current_version_in_map,
     ),
-    ApiRoute("GET", "/resource/{resource}", "api.v1.resources.show", resources.show, cached=True),
+    ApiRoute(
+        "GET",
+        "/resource/{resource}",
+        "api.v1.resources.show",
+        resources.show,
+        cached=True,
+        resource_of=resource_in_path,
+    ),
     ApiRoute("GET", "/author/{user}", "api.v1.authors.show", authors.show, cached=True),
     ApiRoute("GET", "/gift/{gift}", "api.v1.gifts.check", gifts.check),
     ApiRoute("GET", "/payment/{payment}", "api.v1.payments.show", payments.show),

@@ -34,6 +34,11 @@ def bound_resource_id(segment: str) -> int:
     return resource_id
 
 
+def resource_in_path(params: dict[str, str]) -> int | None:
+    """The id `{resource}` names, if it is one (for answers that depend on that resource only)."""
+    return parse_id(params["resource"])
+
+
 async def bound_resource(session: AsyncSession, segment: str) -> Resource:
     """`{resource}`: a Published or Unlisted resource by numeric id, else 404."""
     resource_id = parse_id(segment)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from starlette.responses import Response
 
 from marketplace.api.v1.bindings import bound_resource_id, parse_id
+from marketplace.api.v1.current_versions import NOT_VISIBLE
 from marketplace.api.v1.objects import resource_object, version_object
 from marketplace.catalogue import members
 from marketplace.catalogue.resources import (
@@ -22,6 +24,10 @@ from marketplace.http.input import RequestInput
 from marketplace.http.json import JsonAnswer, TextAnswer
 from marketplace.http.pagination import paginator_envelope
 from marketplace.http.routing import ApiCall
+from marketplace.http.worker_cache import CachedAnswer
+
+if TYPE_CHECKING:
+    from marketplace.services import Services
 
 DEFAULT_PAGE_SIZE = 15
 MAX_PAGE_SIZE = 25
@@ -120,6 +126,15 @@ async def current_version_number(call: ApiCall) -> Response:
     if current is None:
         raise NotFound()
     return TextAnswer(current.number if current.number is not None else NO_RELEASE_TEXT)
+
+
+def current_version_in_map(services: Services, params: dict[str, str]) -> CachedAnswer | None:
+    """The update check answered from the worker's version map (`current_versions.py`), when it can."""
+    resource_id = bound_resource_id(params["resource"])
+    held = services.current_versions.answer(resource_id)
+    if held is NOT_VISIBLE:
+        raise NotFound()
+    return held if isinstance(held, CachedAnswer) else None
 
 
 async def show(call: ApiCall) -> Response:
