@@ -31,9 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
-from redis.crc import key_slot
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
-
 from marketplace.config import redis_prefix_problem
 from marketplace.telemetry.logs import start_background
 from marketplace.telemetry.metrics import STORE_ERRORS
@@ -43,9 +40,6 @@ if TYPE_CHECKING:
     from redis.asyncio.cluster import RedisCluster
 
 logger = logging.getLogger("marketplace.stores")
-
-# What a Redis fault looks like: a cluster's routing errors are not `RedisError`s.
-_FAULTS = (RedisError, RedisClusterException, OSError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +316,7 @@ class _ScriptCalls:
         self._scheduled = False
         self._sending: set[asyncio.Task[None]] = set()
         self._refreshing = False
+        self._faults = _redis_faults()
         # Pipelines sent so far (tests and benchmarks count round trips with it).
         self.pipelines = 0
 
@@ -385,7 +380,7 @@ class _ScriptCalls:
         self._refreshing = True
         try:
             await self._redis.nodes_manager.initialize()
-        except _FAULTS:
+        except self._faults:
             pass  # the whole cluster is unreachable: the next failure asks again
         finally:
             self._refreshing = False
@@ -393,6 +388,8 @@ class _ScriptCalls:
     async def _pipeline(self, batch: list[_Call]) -> list[object]:
         self.pipelines += 1
         replies = await self._evaluate([(keys, args) for _, keys, args, _ in batch], "EVALSHA")
+        from redis.exceptions import NoScriptError
+
         unknown = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if unknown:
             # A server meeting the script first (a new node, a restart, a flush); NOSCRIPT means
@@ -420,6 +417,16 @@ class _ScriptCalls:
         self._waiting.clear()
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
+
+
+def _redis_faults() -> tuple[type[Exception], ...]:
+    """What a Redis fault looks like: a cluster's routing errors are not `RedisError`s.
+
+    redis-py is imported only once a Redis store is made: a worker without Redis never loads it.
+    """
+    from redis.exceptions import RedisClusterException, RedisError
+
+    return (RedisError, RedisClusterException, OSError)
 
 
 def _cluster_class() -> type[RedisCluster]:
@@ -483,6 +490,10 @@ class RedisStore:
                 retry_on_timeout=False,
             )
             self.cluster = False
+        from redis.crc import key_slot
+
+        self._key_slot = key_slot
+        self._faults = _redis_faults()
         self._prefix = prefix
         self._stacks = _ScriptCalls(self._redis, _STACK_SCRIPT, self.BATCH_SIZE)
         self._release_script = self._redis.register_script(_RELEASE_SCRIPT)
@@ -504,9 +515,9 @@ class RedisStore:
             # Learnt before the first calls, so that they too are grouped by node.
             try:
                 await self._redis.initialize()
-            except _FAULTS as error:
+            except self._faults as error:
                 self._failed("", error)
-        nodes = self._redis.nodes_manager.slots_cache.get(key_slot(key.encode("utf-8")))
+        nodes = self._redis.nodes_manager.slots_cache.get(self._key_slot(key.encode("utf-8")))
         return nodes[0].name if nodes else ""
 
     def _available(self, node: str) -> bool:
@@ -538,7 +549,7 @@ class RedisStore:
                 args += (check.max_attempts, check.decay_seconds * 1000)
             try:
                 outcomes = await self._stacks.call(node, keys, args)
-            except _FAULTS as error:
+            except self._faults as error:
                 self._failed(node, error)
                 break
             for index in range(0, len(outcomes), 3):
@@ -556,9 +567,9 @@ class RedisStore:
             return [checks]
         runs: list[Sequence[WindowCheck]] = []
         start = 0
-        slot = key_slot((self._prefix + checks[0].key).encode("utf-8"))
+        slot = self._key_slot((self._prefix + checks[0].key).encode("utf-8"))
         for index in range(1, len(checks)):
-            next_slot = key_slot((self._prefix + checks[index].key).encode("utf-8"))
+            next_slot = self._key_slot((self._prefix + checks[index].key).encode("utf-8"))
             if next_slot != slot:
                 runs.append(checks[start:index])
                 start, slot = index, next_slot
@@ -571,7 +582,7 @@ class RedisStore:
             return None
         try:
             value = await self._redis.get(self._prefix + key)
-        except _FAULTS as error:
+        except self._faults as error:
             self._failed(node, error)
             return None
         if value is None:
@@ -584,7 +595,7 @@ class RedisStore:
             return
         try:
             await self._redis.set(self._prefix + key, value, ex=ttl_seconds)
-        except _FAULTS as error:
+        except self._faults as error:
             self._failed(node, error)
 
     async def claim(self, key: str, ttl_seconds: float) -> str | None:
@@ -596,7 +607,7 @@ class RedisStore:
             won = await self._redis.set(
                 self._prefix + key, token, nx=True, px=max(1, int(ttl_seconds * 1000))
             )
-        except _FAULTS as error:
+        except self._faults as error:
             self._failed(node, error)
             return token
         return token if won else None
@@ -607,7 +618,7 @@ class RedisStore:
             return
         try:
             await self._release_script(keys=[self._prefix + key], args=[token])
-        except _FAULTS as error:
+        except self._faults as error:
             self._failed(node, error)
 
     async def ping(self) -> None:
@@ -632,13 +643,15 @@ class RedisStore:
         for slot, nodes in cluster.nodes_manager.slots_cache.items():
             if nodes:
                 slot_of_master.setdefault(nodes[0].name, slot)
+        from redis.exceptions import RedisClusterException
+
         if not slot_of_master:
             raise RedisClusterException("the cluster serves no slot")
 
         async def write(node: str, slot: int) -> None:
             try:
                 await cluster.set(f"{self._prefix}up:{{{self._tag(slot)}}}", 1, px=10_000)
-            except _FAULTS as error:
+            except self._faults as error:
                 raise RedisClusterException(f"{node} cannot count: {error}") from error
 
         await asyncio.gather(*(write(node, slot) for node, slot in slot_of_master.items()))
@@ -648,7 +661,7 @@ class RedisStore:
         tag = self._tags_by_slot.get(slot)
         if tag is None:
             number = 0
-            while key_slot(str(number).encode("ascii")) != slot:
+            while self._key_slot(str(number).encode("ascii")) != slot:
                 number += 1
             tag = self._tags_by_slot[slot] = str(number)
         return tag
