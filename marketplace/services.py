@@ -6,10 +6,9 @@ import hashlib
 import hmac
 import logging
 import secrets
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from sqlalchemy import QueuePool, event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -22,6 +21,9 @@ from marketplace.http.cache import AnswerCache
 from marketplace.http.worker_cache import WorkerCache
 from marketplace.stores import MemoryStore, RedisStore, Store
 from marketplace.telemetry.metrics import DB_POOL_CAPACITY, DB_POOL_IN_USE
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger("marketplace")
 
@@ -43,10 +45,27 @@ class Services:
     worker_cache: WorkerCache
     # The public reads' statements and the counts kept per generation (readers.py).
     reads: Reads
-    http: httpx.AsyncClient
     app_key: bytes
     # Engines of the read replicas the public reads may use (replicas.py); none by default.
     replica_engines: tuple[AsyncEngine, ...] = ()
+    # The upstreams' client, made by the first upstream call (`http`): a worker that serves none
+    # never loads httpx.
+    _http: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The client of the upstream calls (chat widget, statistics), shared by the worker's requests."""
+        if self._http is None:
+            import httpx
+
+            # Each call's total time is bounded by asyncio.timeout in the upstream clients; this
+            # one bounds each phase so that a stalled connect never outlives that.
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.settings.upstream_timeout_seconds),
+                follow_redirects=False,
+                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            )
+        return self._http
 
     def hash_ip(self, ip: str) -> str:
         """Keyed hash of a client address, as the activity log stores it."""
@@ -58,7 +77,8 @@ class Services:
         self.answers.store = store
 
     async def close(self) -> None:
-        await self.http.aclose()
+        if self._http is not None:
+            await self._http.aclose()
         await self.worker_cache.close()
         await self.store.close()
         self.reads.reader.close()
@@ -155,13 +175,6 @@ def build_services(settings: Settings) -> Services:
             max_entries=settings.worker_cache_max_entries,
             max_bytes=settings.worker_cache_max_bytes,
             max_age_seconds=settings.worker_cache_max_age_seconds,
-        ),
-        # Each call's total time is bounded by asyncio.timeout in the upstream clients; this one
-        # bounds each phase so that a stalled connect never outlives that.
-        http=httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.upstream_timeout_seconds),
-            follow_redirects=False,
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         ),
         app_key=app_key,
         reads=Reads(

@@ -56,3 +56,22 @@ def test_a_serving_worker_without_redis_does_not_import_the_redis_client(
     tmp_path: Path, database: str
 ) -> None:
     assert _of(_worker_modules(tmp_path, database), "redis", "hiredis") == []
+
+
+@pytest.mark.parametrize("database", sorted(_DATABASES))
+def test_a_serving_worker_does_not_import_the_back_office_or_the_command_line(
+    tmp_path: Path, database: str
+) -> None:
+    modules = _worker_modules(tmp_path, database)
+    assert _of(modules, "click", "alembic", "rich", "pygments") == []
+    assert _of(modules, "marketplace.cli", "marketplace.console", "marketplace.migrations") == []
+    assert [
+        name for name in modules if name.startswith(("marketplace.backoffice", "marketplace.importer"))
+    ] == []
+
+
+@pytest.mark.parametrize("database", sorted(_DATABASES))
+def test_a_serving_worker_imports_the_upstreams_client_only_for_its_first_upstream_call(
+    tmp_path: Path, database: str
+) -> None:
+    assert _of(_worker_modules(tmp_path, database), "httpx", "httpcore", "h11") == []
