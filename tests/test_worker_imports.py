@@ -75,3 +75,7 @@ def test_a_serving_worker_imports_the_upstreams_client_only_for_its_first_upstre
     tmp_path: Path, database: str
 ) -> None:
     assert _of(_worker_modules(tmp_path, database), "httpx", "httpcore", "h11") == []
+
+
+def test_a_serving_worker_on_sqlite_does_not_import_the_postgresql_driver(tmp_path: Path) -> None:
+    assert _of(_worker_modules(tmp_path, "sqlite"), "asyncpg") == []
