@@ -60,15 +60,17 @@ MISSES: dict[str, str] = {
         "the buffer cache. To close: an index on the words (see `search-q` p95)."
     ),
     "worker-rss": (
-        "A worker holds 85-98 MiB before its first request: the interpreter and shared libraries "
-        "(about 22 MiB) and the service's imports (about 60 MiB of Python objects for 900 modules: "
-        "SQLAlchemy with what it imports 34, then redis-py, pydantic, asyncpg, httpx). Serving adds the answer "
-        "cache (at most about 10 MiB at the defaults), on SQLite the 2 scan connections (about 5) "
-        "and, without Redis, a limiter window per client address (the run draws a new address per "
-        "request: up to 30 MiB at 100,000 windows). To close, and to leave room for a whole-catalogue "
-        "version map: load less in each worker (the ORM and the back office only in the commands "
-        "that use them, redis-py only with Redis), and fewer exact limiter windows without Redis "
-        '(`MARKETPLACE_MEMORY_STORE_MAX_KEYS`). bench/HISTORY.md, "Where a worker\'s memory goes".'
+        "A worker holds 73-82 MiB before its first request: the interpreter and shared libraries "
+        "(about 22 MiB) and the service's imports (590 modules on SQLite, 690 on PostgreSQL with "
+        "Redis: SQLAlchemy with its asyncio extension, which always loads the ORM, about 34 MiB; "
+        "pydantic and pydantic-settings; redis-py only with Redis). Serving adds the answer cache (at "
+        "most about 10 MiB at the defaults), on SQLite the 2 scan connections (about 5) and, without "
+        "Redis, a limiter window of about 200 bytes per client address (the run draws a new address "
+        "per request: up to 20 MiB at 100,000 windows). To close, and to leave room for a "
+        "whole-catalogue version map: the public reads on the driver (asyncpg, sqlite3) without "
+        "SQLAlchemy's asyncio extension and its ORM in the workers, and fewer exact limiter windows "
+        '(`MARKETPLACE_MEMORY_STORE_MAX_KEYS`). bench/HISTORY.md, "A worker imports only what it '
+        'serves with".'
     ),
 }
 

@@ -6,10 +6,9 @@ import hashlib
 import hmac
 import logging
 import secrets
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from sqlalchemy import QueuePool, event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -23,6 +22,9 @@ from marketplace.http.cache import AnswerCache
 from marketplace.http.worker_cache import WorkerCache
 from marketplace.stores import MemoryStore, RedisStore, Store
 from marketplace.telemetry.metrics import DB_POOL_CAPACITY, DB_POOL_IN_USE
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger("marketplace")
 
@@ -46,10 +48,27 @@ class Services:
     reads: Reads
     # Every visible resource's current version answer, for the update check (current_versions.py).
     current_versions: CurrentVersionMap
-    http: httpx.AsyncClient
     app_key: bytes
     # Engines of the read replicas the public reads may use (replicas.py); none by default.
     replica_engines: tuple[AsyncEngine, ...] = ()
+    # The upstreams' client, made by the first upstream call (`http`): a worker that serves none
+    # never loads httpx.
+    _http: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The client of the upstream calls (chat widget, statistics), shared by the worker's requests."""
+        if self._http is None:
+            import httpx
+
+            # Each call's total time is bounded by asyncio.timeout in the upstream clients; this
+            # one bounds each phase so that a stalled connect never outlives that.
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.settings.upstream_timeout_seconds),
+                follow_redirects=False,
+                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            )
+        return self._http
 
     def hash_ip(self, ip: str) -> str:
         """Keyed hash of a client address, as the activity log stores it."""
@@ -61,7 +80,8 @@ class Services:
         self.answers.store = store
 
     async def close(self) -> None:
-        await self.http.aclose()
+        if self._http is not None:
+            await self._http.aclose()
         await self.current_versions.close()
         await self.worker_cache.close()
         await self.store.close()
@@ -161,13 +181,6 @@ def build_services(settings: Settings) -> Services:
         store=store,
         answers=AnswerCache(store, settings.upstream_timeout_seconds + _CACHE_WAIT_MARGIN_SECONDS),
         worker_cache=worker_cache,
-        # Each call's total time is bounded by asyncio.timeout in the upstream clients; this one
-        # bounds each phase so that a stalled connect never outlives that.
-        http=httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.upstream_timeout_seconds),
-            follow_redirects=False,
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-        ),
         app_key=app_key,
         reads=Reads(
             reader=reader,

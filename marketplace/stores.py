@@ -24,15 +24,14 @@ import asyncio
 import hashlib
 import logging
 import math
+import re
 import secrets
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
-
-from redis.crc import key_slot
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from marketplace.config import redis_prefix_problem
 from marketplace.telemetry.logs import start_background
@@ -43,9 +42,6 @@ if TYPE_CHECKING:
     from redis.asyncio.cluster import RedisCluster
 
 logger = logging.getLogger("marketplace.stores")
-
-# What a Redis fault looks like: a cluster's routing errors are not `RedisError`s.
-_FAULTS = (RedisError, RedisClusterException, OSError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +107,36 @@ class Clock(Protocol):
     def __call__(self) -> float: ...
 
 
+# A limiter key of `marketplace.http.limits.limit_key`: a hash tag and a digest, both lowercase hex.
+_LIMIT_KEY = re.compile(r"limit:\{([0-9a-f]{16})\}:([0-9a-f]{40})")
+_END = struct.Struct("=d")
+_END_MASK = (1 << 64) - 1
+
+
+def _window_key(key: str) -> str | bytes:
+    """The key a window is kept under: a limiter key as the 28 bytes its hex stands for (64
+    bytes of memory instead of 120), any other key as it is.
+
+    Exact: only lowercase hex of a fixed layout is turned into bytes, so two keys never share a
+    window, and a text key never equals a bytes one.
+    """
+    found = _LIMIT_KEY.fullmatch(key)
+    if found is None:
+        return key
+    return bytes.fromhex(found[1] + found[2])
+
+
+def _packed_window(count: int, ends_at: float) -> int:
+    """A window's count and end as one int (36 bytes of memory; a tuple of both takes 80): the
+    end's exact IEEE-754 bits below, the count above."""
+    return count << 64 | int.from_bytes(_END.pack(ends_at), "little")
+
+
+def _window_end(window: int) -> float:
+    ends_at: float = _END.unpack((window & _END_MASK).to_bytes(8, "little"))[0]
+    return ends_at
+
+
 class MemoryStore:
     """In-process counters, cache and claims; correct for a single worker process only.
 
@@ -135,8 +161,9 @@ class MemoryStore:
         self._clock = clock or time.time
         self.max_keys = max(1, max_keys)
         self.max_cache_bytes = max_cache_bytes
-        # key -> (count, window end); ordered by window start, so the front holds the oldest.
-        self._windows: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        # window key -> packed count and window end (`_packed_window`); ordered by window start, so
+        # the front holds the oldest. At the default 100,000 windows this is most of the store.
+        self._windows: OrderedDict[str | bytes, int] = OrderedDict()
         self._slot_mask = overflow_slots - 1
         self._slot_counts = [0] * overflow_slots
         self._slot_ends = [0.0] * overflow_slots
@@ -165,20 +192,21 @@ class MemoryStore:
     async def hit(self, key: str, max_attempts: int, decay_seconds: int) -> WindowHit:
         now = self._clock()
         self._drop_expired_windows(now)
-        window = self._windows.get(key)
-        if window is None or window[1] <= now:
-            if window is not None:
-                del self._windows[key]
-            count, ends_at = self._folded(key, now, decay_seconds)
+        kept_as = _window_key(key)
+        window = self._windows.get(kept_as)
+        if window is not None and (ends_at := _window_end(window)) > now:
+            count = window >> 64
         else:
-            count, ends_at = window
+            if window is not None:
+                del self._windows[kept_as]
+            count, ends_at = self._folded(kept_as, now, decay_seconds)
         retry_after = max(0, math.ceil(ends_at - now))
         if count >= max_attempts:
             return WindowHit(allowed=False, count=count, retry_after=retry_after)
         count += 1
-        if key not in self._windows:
+        if kept_as not in self._windows:
             self._make_room()
-        self._windows[key] = (count, ends_at)
+        self._windows[kept_as] = _packed_window(count, ends_at)
         return WindowHit(allowed=True, count=count, retry_after=retry_after)
 
     def _drop_expired_windows(self, now: float) -> None:
@@ -187,23 +215,24 @@ class MemoryStore:
             if not self._windows:
                 return
             oldest = next(iter(self._windows))
-            if self._windows[oldest][1] > now:
+            if _window_end(self._windows[oldest]) > now:
                 return
             del self._windows[oldest]
 
     def _make_room(self) -> None:
         while len(self._windows) >= self.max_keys:
-            key, (count, ends_at) = self._windows.popitem(last=False)
-            slot = hash(key) & self._slot_mask
+            kept_as, window = self._windows.popitem(last=False)
+            count, ends_at = window >> 64, _window_end(window)
+            slot = hash(kept_as) & self._slot_mask
             if self._slot_ends[slot] <= self._clock():
                 self._slot_counts[slot], self._slot_ends[slot] = count, ends_at
             else:
                 self._slot_counts[slot] = max(self._slot_counts[slot], count)
                 self._slot_ends[slot] = max(self._slot_ends[slot], ends_at)
 
-    def _folded(self, key: str, now: float, decay_seconds: int) -> tuple[int, float]:
+    def _folded(self, kept_as: str | bytes, now: float, decay_seconds: int) -> tuple[int, float]:
         """Where a key without a live window starts: its slot's count if the slot is live, else anew."""
-        slot = hash(key) & self._slot_mask
+        slot = hash(kept_as) & self._slot_mask
         if self._slot_ends[slot] > now:
             return self._slot_counts[slot], self._slot_ends[slot]
         return 0, now + decay_seconds
@@ -322,6 +351,7 @@ class _ScriptCalls:
         self._scheduled = False
         self._sending: set[asyncio.Task[None]] = set()
         self._refreshing = False
+        self._faults = _redis_faults()
         # Pipelines sent so far (tests and benchmarks count round trips with it).
         self.pipelines = 0
 
@@ -385,7 +415,7 @@ class _ScriptCalls:
         self._refreshing = True
         try:
             await self._redis.nodes_manager.initialize()
-        except _FAULTS:
+        except self._faults:
             pass  # the whole cluster is unreachable: the next failure asks again
         finally:
             self._refreshing = False
@@ -393,6 +423,8 @@ class _ScriptCalls:
     async def _pipeline(self, batch: list[_Call]) -> list[object]:
         self.pipelines += 1
         replies = await self._evaluate([(keys, args) for _, keys, args, _ in batch], "EVALSHA")
+        from redis.exceptions import NoScriptError
+
         unknown = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if unknown:
             # A server meeting the script first (a new node, a restart, a flush); NOSCRIPT means
@@ -420,6 +452,16 @@ class _ScriptCalls:
         self._waiting.clear()
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
+
+
+def _redis_faults() -> tuple[type[Exception], ...]:
+    """What a Redis fault looks like: a cluster's routing errors are not `RedisError`s.
+
+    redis-py is imported only once a Redis store is made: a worker without Redis never loads it.
+    """
+    from redis.exceptions import RedisClusterException, RedisError
+
+    return (RedisError, RedisClusterException, OSError)
 
 
 def _cluster_class() -> type[RedisCluster]:
@@ -483,6 +525,10 @@ class RedisStore:
                 retry_on_timeout=False,
             )
             self.cluster = False
+        from redis.crc import key_slot
+
+        self._key_slot = key_slot
+        self._faults = _redis_faults()
         self._prefix = prefix
         self._stacks = _ScriptCalls(self._redis, _STACK_SCRIPT, self.BATCH_SIZE)
         self._release_script = self._redis.register_script(_RELEASE_SCRIPT)
@@ -504,9 +550,9 @@ class RedisStore:
             # Learnt before the first calls, so that they too are grouped by node.
             try:
                 await self._redis.initialize()
-            except _FAULTS as error:
+            except self._faults as error:
                 self._failed("", error)
-        nodes = self._redis.nodes_manager.slots_cache.get(key_slot(key.encode("utf-8")))
+        nodes = self._redis.nodes_manager.slots_cache.get(self._key_slot(key.encode("utf-8")))
         return nodes[0].name if nodes else ""
 
     def _available(self, node: str) -> bool:
@@ -538,7 +584,7 @@ class RedisStore:
                 args += (check.max_attempts, check.decay_seconds * 1000)
             try:
                 outcomes = await self._stacks.call(node, keys, args)
-            except _FAULTS as error:
+            except self._faults as error:
                 self._failed(node, error)
                 break
             for index in range(0, len(outcomes), 3):
@@ -556,9 +602,9 @@ class RedisStore:
             return [checks]
         runs: list[Sequence[WindowCheck]] = []
         start = 0
-        slot = key_slot((self._prefix + checks[0].key).encode("utf-8"))
+        slot = self._key_slot((self._prefix + checks[0].key).encode("utf-8"))
         for index in range(1, len(checks)):
-            next_slot = key_slot((self._prefix + checks[index].key).encode("utf-8"))
+            next_slot = self._key_slot((self._prefix + checks[index].key).encode("utf-8"))
             if next_slot != slot:
                 runs.append(checks[start:index])
                 start, slot = index, next_slot
@@ -571,7 +617,7 @@ class RedisStore:
             return None
         try:
             value = await self._redis.get(self._prefix + key)
-        except _FAULTS as error:
+        except self._faults as error:
             self._failed(node, error)
             return None
         if value is None:
@@ -584,7 +630,7 @@ class RedisStore:
             return
         try:
             await self._redis.set(self._prefix + key, value, ex=ttl_seconds)
-        except _FAULTS as error:
+        except self._faults as error:
             self._failed(node, error)
 
     async def claim(self, key: str, ttl_seconds: float) -> str | None:
@@ -596,7 +642,7 @@ class RedisStore:
             won = await self._redis.set(
                 self._prefix + key, token, nx=True, px=max(1, int(ttl_seconds * 1000))
             )
-        except _FAULTS as error:
+        except self._faults as error:
             self._failed(node, error)
             return token
         return token if won else None
@@ -607,7 +653,7 @@ class RedisStore:
             return
         try:
             await self._release_script(keys=[self._prefix + key], args=[token])
-        except _FAULTS as error:
+        except self._faults as error:
             self._failed(node, error)
 
     async def ping(self) -> None:
@@ -632,13 +678,15 @@ class RedisStore:
         for slot, nodes in cluster.nodes_manager.slots_cache.items():
             if nodes:
                 slot_of_master.setdefault(nodes[0].name, slot)
+        from redis.exceptions import RedisClusterException
+
         if not slot_of_master:
             raise RedisClusterException("the cluster serves no slot")
 
         async def write(node: str, slot: int) -> None:
             try:
                 await cluster.set(f"{self._prefix}up:{{{self._tag(slot)}}}", 1, px=10_000)
-            except _FAULTS as error:
+            except self._faults as error:
                 raise RedisClusterException(f"{node} cannot count: {error}") from error
 
         await asyncio.gather(*(write(node, slot) for node, slot in slot_of_master.items()))
@@ -648,7 +696,7 @@ class RedisStore:
         tag = self._tags_by_slot.get(slot)
         if tag is None:
             number = 0
-            while key_slot(str(number).encode("ascii")) != slot:
+            while self._key_slot(str(number).encode("ascii")) != slot:
                 number += 1
             tag = self._tags_by_slot[slot] = str(number)
         return tag

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from marketplace.http.limits import limit_key
 from marketplace.stores import MemoryStore, RedisStore, Store
 from tests.api.helpers import Clock
 from tests.profiles import REDIS_URL, require_redis, unique_name
@@ -33,6 +34,34 @@ async def test_memory_of_many_clients_stays_under_a_bound() -> None:
         tracemalloc.stop()
     # 10,000 exact windows and the fixed table of slots: a few MB, whatever the number of clients.
     assert peak < 8 * 1024 * 1024
+
+
+async def test_a_limiters_window_takes_under_220_bytes_with_its_key() -> None:
+    # Each request brings its keys as new text; the store keeps what a window needs of them.
+    store = MemoryStore(max_keys=100_000)
+    windows = 20_000
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for number in range(windows):
+            await store.hit(limit_key("api", f"10.0.{number >> 8}.{number & 255}"), 120, 60)
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert store.window_count == windows
+    # A text key (120 bytes) and a tuple of count and end (80) took about 290 bytes a window.
+    assert (after - before) / windows < 220
+
+
+async def test_limiter_keys_that_differ_only_in_the_case_of_their_hex_keep_separate_windows() -> None:
+    store = MemoryStore(max_keys=100)
+    lowercase = limit_key("api", "10.0.0.1")
+    uppercase = lowercase[:7] + lowercase[7:].upper()
+    assert (await store.hit(lowercase, 1, 60)).allowed
+    assert (await store.hit(uppercase, 1, 60)).allowed
+    assert not (await store.hit(lowercase, 1, 60)).allowed
+    assert not (await store.hit(uppercase, 1, 60)).allowed
+    assert store.window_count == 2
 
 
 async def test_a_folded_client_resumes_its_count_and_cannot_exceed_its_budget() -> None:

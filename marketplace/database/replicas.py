@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -73,19 +73,28 @@ _REPLAYED = (
     " || ' ' || COALESCE(pg_last_wal_receive_lsn(), '0/0'::pg_lsn)::text END"
 )
 
-# What a replica's read raises when the replica, not the request, is at fault: the server is gone,
-# restarting or shutting down, a statement was cancelled (a recovery conflict, the statement timeout),
-# or no connection could be had in time.
-REPLICA_FAULTS: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    DBAPIError,
-    PoolTimeout,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.OperatorInterventionError,
-    asyncpg.SerializationError,
-)
+
+@functools.cache
+def replica_faults() -> tuple[type[BaseException], ...]:
+    """What a replica's read raises when the replica, not the request, is at fault: the server is
+    gone, restarting or shutting down, a statement was cancelled (a recovery conflict, the statement
+    timeout), or no connection could be had in time.
+
+    Replicas are PostgreSQL servers: the driver is imported by the first fault, never by a worker
+    on SQLite.
+    """
+    import asyncpg  # type: ignore[import-untyped]
+
+    return (
+        OSError,
+        TimeoutError,
+        DBAPIError,
+        PoolTimeout,
+        asyncpg.InterfaceError,
+        asyncpg.PostgresConnectionError,
+        asyncpg.OperatorInterventionError,
+        asyncpg.SerializationError,
+    )
 
 
 def lsn(text: str) -> int:
@@ -189,7 +198,7 @@ class ReplicaReader:
             read_proven_as_of(replica.proven_at)
             try:
                 rows = await method(replica.reader)(read, *values)
-            except REPLICA_FAULTS as error:
+            except replica_faults() as error:
                 replica.failed(error, read=True)
                 self._wake.set()
             else:
@@ -199,7 +208,7 @@ class ReplicaReader:
         known = self.primary_position
         try:
             rows = await method(self.primary)(read, *values)
-        except REPLICA_FAULTS:
+        except replica_faults():
             # The primary may have just gone down: once a check has seen it, a replica may serve.
             replica = await self._after_a_check()
             if replica is None:

@@ -12,11 +12,12 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from marketplace.telemetry.metrics import UPSTREAM_CALLS, UPSTREAM_DURATION
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger("marketplace.upstream")
 
@@ -30,6 +31,9 @@ class _AnswerTooLarge(Exception):
 
 async def get_json(http: httpx.AsyncClient, upstream: str, url: str, timeout_seconds: float) -> Any:
     """The decoded JSON of a 2xx answer; None for any failure (each counted by outcome)."""
+    # Loaded with the worker's client, on the first upstream call (services.py).
+    import httpx
+
     started = time.perf_counter()
     outcome = "ok"
     try:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING
 
 from marketplace.upstream.calls import get_json
+
+if TYPE_CHECKING:
+    import httpx
 
 # The upstream's name in metrics and logs.
 UPSTREAM = "chat"

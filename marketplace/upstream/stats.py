@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
-
 from marketplace.upstream.calls import get_json
+
+if TYPE_CHECKING:
+    import httpx
 
 # The upstream's name in metrics and logs.
 UPSTREAM = "stats"
