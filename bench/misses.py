@@ -13,51 +13,67 @@ from __future__ import annotations
 
 MISSES: dict[str, str] = {
     "version-ratio/sqlite": (
-        "About 1 request in 5 misses the answer cache and reads SQLite in the event loop (the fetch is "
-        "11% of the samples); the rest is per-request work the ceiling does not do: the HTTP layers and "
-        "the response's send path (about 20%), routing, the limiter (4%), the access line. "
-        "To close: answer every version check from a whole-catalogue version map kept in each worker "
-        "(no miss, no database), and one ASGI layer instead of the edge and the router."
+        "Every update check is answered from the worker's version map (no database read), so what "
+        "is left is the cost of a hit over the bare server (py-spy --gil on a served worker, "
+        'bench/HISTORY.md "Hits answered by the connection"): the socket write about 38% of the '
+        "samples (the send to loopback wakes wrk on the same 2 cores: mostly waiting), the access "
+        "line 14%, the limiters 11% (two SHA-1 keys and their windows), the answer's headers 5%, "
+        "uvicorn's parser callbacks and timers 6%. Answering a hit in the protocol's own callback, "
+        "without an ASGI task, was measured and did not lower the CPU per request. To close: the "
+        "access line made without a LogRecord, the limiter keys computed once per client address, "
+        "and the load generator on cores of its own (every rate here is a lower bound)."
     ),
     "version-ratio/postgresql": (
-        "Each request waits for its limiter call's Redis round trip (batched per event-loop turn), and "
-        "a third of the lookups miss the cache and wait for PostgreSQL through asyncpg (12% of the "
-        "samples; the event loop another 16%). To close: the whole-catalogue version map (no "
-        "PostgreSQL read per miss), and fewer Redis round trips per request."
+        "As on SQLite (the version map answers with no PostgreSQL read), plus a Redis round trip per "
+        "request for the limiters (pipelined per event-loop turn): the event loop waits on Redis's "
+        "answer and Redis takes CPU on the same 2 cores (the DB+Redis column). To close: the "
+        "limiters of a request in one script call, fewer calls by counting locally between "
+        "pipelined flushes, and the cost of a hit as on SQLite."
     ),
     "card-ratio": (
-        "As `version`, with a larger answer: a miss builds the card from several reads (resource, "
-        "author, category, counts) and encodes about 0.9 KB of JSON, and the cache keeps at most its "
-        "byte budget of the 200k resources' cards (hits 64-77%). To close: cheaper misses (one read "
-        "for the card's columns) and the access line's cost (see \"The access log\")."
+        "Cards have no whole-catalogue map: the answer cache keeps about 10,000 of the 200,000 cards "
+        "within its 8 MiB (the memory target), so the drawn mix misses on a share of requests "
+        "(the Cache hits column), each miss a read of the card (one row with its current version and "
+        "kept counts) and 0.9 KB of JSON encoded; hits cost what a version hit costs. To close: a "
+        "compact card map (the columns, not the encoded answer) once a worker's imports leave the "
+        "memory for it (see the worker memory target), and a cheaper hit as for `version`."
     ),
     "search-ratio": (
-        "A miss counts the listed resources and reads a page at an offset: about 2 ms of CPU per request "
-        "on SQLite and 1.8-2 ms of PostgreSQL per request, the deep pages the dearest (the offset "
-        "walks the rows before it). To close: a kept count of the listed resources (no count per "
-        "miss) and an index that serves the listing order, so that a page costs its rows."
+        "A page is one index range read with its cards' kept counts (bench/HISTORY.md \"Kept counts "
+        "on the cards\"), and the total is kept per generation, so a miss costs the page's 25 cards: "
+        "about 1 ms of database time; deep pages still walk the listing up to their offset. The "
+        "answer cache keeps the first pages, but the mix draws many pages and sizes, and every "
+        "write drops the pages of every worker (a page lists many resources). To close: pages kept "
+        "across writes that do not touch their rows, and keyset reads for deep pages."
     ),
     "version-p99": (
-        "Queueing: 32 connections share one event loop per worker, and a request behind a cache miss "
-        "(a SQLite read in the loop, a PostgreSQL round trip) or behind the access log's writer waits "
-        "for it; wrk takes the same 2 cores. To close: no misses for version checks (the version map), "
-        "then the cost of a hit (see `version` ≥ 0.6)."
+        "Queueing on 2 cores shared with wrk and the database: 32 connections share one event loop "
+        "per worker, and a request waits behind the others' hits and any card or page miss; with "
+        "2 workers the tail halves. To close: the cost of a hit (see `version` >= 0.6), and cores of "
+        "their own for the load generator and the database."
     ),
     "search-q-p95-200k": (
-        "Each query reads the names and taglines of every listed resource: PostgreSQL spends 9-15 ms "
-        "of CPU per request (parallel sequential scans), SQLite calls the service's `lower()` on every "
-        "row (99% of the samples in the fetch); with 32 connections the requests queue behind each "
-        "other. To close: an index that finds the words (trigram or full text on PostgreSQL, an FTS "
-        "table on SQLite) instead of a scan."
+        "Finding the matches is an index read (a GIN index of word suffixes on PostgreSQL, an FTS5 "
+        "trigram table on SQLite), and a walked page stops at its 25 rows, but the total counts "
+        "every match: PostgreSQL visits the heap page of each candidate for the listing's filter "
+        "(status, not deleted) and the exact substring recheck, and the run's common words match "
+        "2-6% of the catalogue. Totals are kept per worker until what searches find changes, so "
+        "each worker pays each distinct query once, and the run draws about 4,000 of them. To "
+        "close: a partial index of the listed resources only (no filter per candidate) with the "
+        "recheck skipped where the index is exact (queries of ASCII letters and digits on ASCII "
+        "text), so that a count needs no heap visits on all-visible pages; totals shared by the "
+        "workers (Redis) and kept across restarts."
     ),
     "search-q-p95-2m": (
-        "The scan grows with the catalogue: 10 times the rows cost about 15 times the PostgreSQL CPU "
-        "(the table no longer fits the buffer cache). To close: the same index as at 200k, whose cost "
-        "grows with the matches, not the catalogue."
+        "As at 200k, ten times the matches per common word (40,000-125,000 rows for the run's most "
+        "drawn words), and the table no longer fits PostgreSQL's buffer cache: a first count of one "
+        "word reads 30,000-50,000 pages (300-600 ms, EXPLAIN ANALYZE). To close: as at 200k, a "
+        "count that needs no heap visits (the partial, exact index and the visibility map), and "
+        "totals shared by the workers and kept across restarts."
     ),
     "search-q-growth": (
-        "A scan of every listed resource per query grows linearly or worse once the table outgrows "
-        "the buffer cache. To close: an index on the words (see `search-q` p95)."
+        "The count of matches grows with the matches, which grow with the catalogue for words drawn "
+        "from the same word lists; the page itself does not. To close: see `search-q` p95."
     ),
     "worker-rss": (
         "A worker holds 73-82 MiB before its first request: the interpreter and shared libraries "
