@@ -20,6 +20,7 @@ from marketplace.config import Settings
 from marketplace.database.readers import GenerationCounts, Reads, observed_reads
 from marketplace.models import Resource, ResourceStatus
 from marketplace.services import Services, build_services
+from tests.profiles import sqlite_only
 
 # Letters whose case folds differently across databases and Python (the Kelvin sign lowers to
 # ASCII `k`, dotted capital I to two characters, a final sigma by its place), LIKE's own
@@ -234,11 +235,11 @@ async def test_a_query_shorter_than_a_trigram_reads_no_text_index_on_sqlite(serv
         assert not any("resource_search" in statement for statement in seen)
 
 
+# PostgreSQL's text index is an expression index: it has no rows of its own to keep.
+@sqlite_only
 async def test_the_sqlite_text_table_follows_inserts_updates_and_deletes_of_resources(
     services: Services,
 ) -> None:
-    if services.reads.dialect_name != "sqlite":
-        pytest.skip("PostgreSQL's text index is an expression index: it has no rows of its own to keep")
     await _insert(services.engine, _resource(1, "Économie", "Banque"), _resource(2, "Other"))
     async with services.engine.begin() as connection:
         await connection.execute(text("UPDATE resources SET name = 'Renamed ÉTÉ', tag = 'x' WHERE id = 2"))
