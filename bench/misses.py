@@ -13,15 +13,17 @@ from __future__ import annotations
 
 MISSES: dict[str, str] = {
     "version-ratio/sqlite": (
-        "Every update check is answered from the worker's version map (no database read), so what "
-        "is left is the cost of a hit over the bare server (py-spy --gil on a served worker, "
-        'bench/HISTORY.md "Hits answered by the connection"): the socket write about 38% of the '
-        "samples (the send to loopback wakes wrk on the same 2 cores: mostly waiting), the access "
-        "line 14%, the limiters 11% (two SHA-1 keys and their windows), the answer's headers 5%, "
-        "uvicorn's parser callbacks and timers 6%. Answering a hit in the protocol's own callback, "
-        "without an ASGI task, was measured and did not lower the CPU per request. To close: the "
-        "access line made without a LogRecord, the limiter keys computed once per client address, "
-        "and the load generator on cores of its own (every rate here is a lower bound)."
+        "Every update check is answered from the worker's version map (no database read); what is "
+        "left is the cost of a hit over the bare server, and this run's profile (py-spy, "
+        "`version`, 1 worker) names it: the access log 24% of the samples (its writer thread's "
+        "own time 18%, the line's formatting 6%: 0.234 of the ceiling with it, 0.359 without), "
+        "uvicorn's send path 18% (the write to loopback, which wakes wrk on the same 2 cores), "
+        "the edge, routing and limiters about 15%, the event loop 8%. Answering a hit in the "
+        "protocol's own callback, without an ASGI task, was measured and did not lower the CPU "
+        "per request (bench/HISTORY.md). To close: the log writer's per-line work out of its loop "
+        "(one encoded batch per write), the line made without a LogRecord, the limiter keys "
+        "computed once per client address, and the load generator on cores of its own (every rate "
+        "here is a lower bound)."
     ),
     "version-ratio/postgresql": (
         "As on SQLite (the version map answers with no PostgreSQL read), plus a Redis round trip per "
@@ -39,12 +41,17 @@ MISSES: dict[str, str] = {
         "memory for it (see the worker memory target), and a cheaper hit as for `version`."
     ),
     "search-ratio": (
-        "A page is one index range read with its cards' kept counts (bench/HISTORY.md \"Kept counts "
-        "on the cards\"), and the total is kept per generation, so a miss costs the page's 25 cards: "
-        "about 1 ms of database time; deep pages still walk the listing up to their offset. The "
-        "answer cache keeps the first pages, but the mix draws many pages and sizes, and every "
-        "write drops the pages of every worker (a page lists many resources). To close: pages kept "
-        "across writes that do not touch their rows, and keyset reads for deep pages."
+        "A page is one index range read with its cards' kept counts (bench/HISTORY.md \"Kept "
+        'counts on the cards") and the total is kept per generation, but the run draws pages '
+        "Zipf-distributed over every page of the listing, and a deep page walks the listing's "
+        "index up to its offset: on SQLite 59% of the worker's samples are that read (py-spy, "
+        "`search`, 1 worker). On PostgreSQL the walk is the database's (the DB+Redis column) and "
+        "the worker's largest share, 32%, is writing the answers (15 or 25 cards, 10-20 KB each). "
+        "The answer cache keeps the first pages, and any write drops the pages of every worker (a "
+        "page lists many resources). To close: a position kept for each listed resource "
+        "(maintained by the same triggers as the kept counts), so that any page is a range of "
+        "that index whatever its depth, and pages kept across writes that do not touch their "
+        "rows."
     ),
     "version-p99": (
         "Queueing on 2 cores shared with wrk and the database: 32 connections share one event loop "
