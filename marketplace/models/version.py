@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, ForeignKey, String, Text
+from sqlalchemy import BigInteger, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from marketplace.models.base import Base, Timestamped
@@ -23,3 +23,6 @@ class Version(Timestamped, Base):
     file_name: Mapped[str | None] = mapped_column(String(255))
     file_size: Mapped[int | None] = mapped_column(BigInteger)
     checksum: Mapped[str | None] = mapped_column(String(128))
+
+    # The release feeds read the newest releases first (migration 0010).
+    __table_args__ = (Index("ix_versions_created_at_id", "created_at", "id"),)
