@@ -89,6 +89,28 @@ class Settings(BaseSettings):
     # HTTPS served by `marketplace serve` itself (PEM files); both or neither.
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = Field(default=None, validate_default=True)
+    # Outgoing webhooks (marketplace/webhooks/). `true` lets them call loopback, private and
+    # link-local addresses and plain http:// URLs (tests, closed networks).
+    webhooks_allow_private: bool = False
+    # Seals the subscriptions' signing secrets in the database (webhooks/sealing.py); unset, they
+    # are stored as they are. Keep it the same on every host.
+    webhooks_secret_key: str | None = None
+    # Whether this host's serving workers dispatch and send deliveries.
+    webhooks_deliver: bool = True
+    # How often an idle worker looks for events and due deliveries.
+    webhooks_poll_seconds: float = Field(default=0.5, gt=0, le=60)
+    # Deliveries one worker sends at once.
+    webhooks_concurrency: int = Field(default=8, ge=1, le=256)
+    # Retries: the first after about this long, doubling up to the maximum, with jitter, for the
+    # whole window; a subscription failing for a whole window is disabled.
+    webhooks_retry_base_seconds: float = Field(default=10.0, gt=0)
+    webhooks_retry_max_seconds: float = Field(default=3600.0, gt=0)
+    webhooks_retry_window_seconds: float = Field(default=86400.0, gt=0)
+    # How long a worker's claim on a delivery lasts: past it, a delivery whose worker died is sent
+    # again. Longer than a send (5 s) with a margin.
+    webhooks_lease_seconds: float = Field(default=30.0, ge=10)
+    # `/up` names the delivery queue as degraded when a delivery has been due this long.
+    webhooks_late_after_seconds: float = Field(default=300.0, gt=0)
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = True

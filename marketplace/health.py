@@ -11,6 +11,11 @@ Each probe is bounded so that a hung dependency still gives an answer. A connect
 closed (a restart) fails only its first use: the database check tries once more on a fresh
 connection before it reports anything, as the API's own reads do.
 
+The webhook delivery queue (`webhooks`) is late when some work has been due longer than
+`MARKETPLACE_WEBHOOKS_LATE_AFTER_SECONDS` (`webhooks/worker.py`, `QueueState`): deliveries are not
+keeping up, or no worker delivers. A receiver that fails does not make the queue late: its
+deliveries wait for their retries. A late queue is named under `degraded`; the API still answers.
+
 With read replicas, `checks` has a `replicas` entry and `degraded` names each replica that does not
 serve reads (failing, or not proven fresh: `replicas.py`). While the primary does not answer but a
 replica serves reads, `/up` stays 200: reads are answered, writes fail.
@@ -30,6 +35,7 @@ from starlette.types import Receive, Scope, Send
 from marketplace.database.replicas import ReplicaReader
 from marketplace.http.json import JsonAnswer
 from marketplace.services import Services
+from marketplace.webhooks.worker import queue_state
 
 logger = logging.getLogger("marketplace.health")
 
@@ -53,6 +59,13 @@ class ChangesNotProven(Exception):
 PRIMARY_DEGRADED = "database: the primary does not answer: writes fail, reads are answered by read replicas"
 
 
+def webhooks_late(waited_seconds: float, late_after_seconds: float) -> str:
+    return (
+        f"webhooks: a delivery has been due for {waited_seconds:.0f} s (late after {late_after_seconds:g} s): "
+        "release news and other events reach their receivers late"
+    )
+
+
 class HealthCheck:
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -74,6 +87,21 @@ class HealthCheck:
     async def _changes(self) -> None:
         if await self.services.worker_cache.changes.proven() is False:
             raise ChangesNotProven("its probe notices do not come back")
+
+    async def _webhooks(self, checks: dict[str, str], degraded: list[str]) -> None:
+        late_after = self.services.settings.webhooks_late_after_seconds
+        waited: list[float] = []
+
+        async def read() -> None:
+            waited.append((await queue_state(self.services.engine)).oldest_due_seconds)
+
+        if not await self._probe("webhooks", read):
+            checks["webhooks"] = "unknown"
+        elif waited[0] > late_after:
+            checks["webhooks"] = "late"
+            degraded.append(webhooks_late(waited[0], late_after))
+        else:
+            checks["webhooks"] = "ok"
 
     async def _redis(self) -> None:
         # A write, not a PING: a cluster missing a master or refusing commands (CLUSTERDOWN), or a
@@ -103,6 +131,7 @@ class HealthCheck:
         """The status code and body: 200 while the API can answer, with the degraded parts named."""
         database_ok = await self._probe("database", self._database)
         checks = {"database": "ok" if database_ok else "failing"}
+        primary_ok = database_ok
         degraded: list[str] = []
         if self.services.settings.redis_url:
             redis_ok = await self._probe("redis", self._redis)
@@ -120,6 +149,8 @@ class HealthCheck:
             if not database_ok and replicas_serve:
                 degraded.insert(0, PRIMARY_DEGRADED)
                 database_ok = True
+        if primary_ok:
+            await self._webhooks(checks, degraded)
         if not database_ok:
             return 503, {"status": "failing", "checks": checks, "degraded": degraded}
         return 200, {"status": "degraded" if degraded else "ok", "checks": checks, "degraded": degraded}

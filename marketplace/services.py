@@ -22,6 +22,7 @@ from marketplace.http.cache import AnswerCache
 from marketplace.http.worker_cache import WorkerCache
 from marketplace.stores import MemoryStore, RedisStore, Store
 from marketplace.telemetry.metrics import DB_POOL_CAPACITY, DB_POOL_IN_USE
+from marketplace.webhooks.worker import WebhookDeliverer
 
 if TYPE_CHECKING:
     import httpx
@@ -49,6 +50,8 @@ class Services:
     # Every visible resource's current version answer, for the update check (current_versions.py).
     current_versions: CurrentVersionMap
     app_key: bytes
+    # Dispatches the webhook outbox and sends the deliveries (webhooks/worker.py).
+    webhooks: WebhookDeliverer
     # Engines of the read replicas the public reads may use (replicas.py); none by default.
     replica_engines: tuple[AsyncEngine, ...] = ()
     # The upstreams' client, made by the first upstream call (`http`): a worker that serves none
@@ -80,6 +83,8 @@ class Services:
         self.answers.store = store
 
     async def close(self) -> None:
+        # First, while the database is there to record the sends in flight.
+        await self.webhooks.close()
         if self._http is not None:
             await self._http.aclose()
         await self.current_versions.close()
@@ -182,6 +187,7 @@ def build_services(settings: Settings) -> Services:
         answers=AnswerCache(store, settings.upstream_timeout_seconds + _CACHE_WAIT_MARGIN_SECONDS),
         worker_cache=worker_cache,
         app_key=app_key,
+        webhooks=WebhookDeliverer(engine, settings),
         reads=Reads(
             reader=reader,
             counts=GenerationCounts(changes, max_age_seconds=settings.worker_cache_max_age_seconds),

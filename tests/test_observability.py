@@ -311,7 +311,7 @@ async def test_up_is_200_and_names_redis_as_degraded_while_redis_is_down(setting
     assert health.status_code == 200
     assert health.json() == {
         "status": "degraded",
-        "checks": {"database": "ok", "redis": "failing"},
+        "checks": {"database": "ok", "redis": "failing", "webhooks": "ok"},
         "degraded": ["redis: rate limits are not enforced and upstream answers are not cached"],
     }
 
@@ -321,6 +321,7 @@ async def test_up_is_ok_with_every_check_named(client: httpx.AsyncClient, settin
     expected = {"database": "ok", "redis": "ok"} if settings.redis_url else {"database": "ok"}
     if settings.database_url.startswith("postgresql"):
         expected["changes"] = "ok"
+    expected["webhooks"] = "ok"
     assert (health.status_code, health.json()) == (200, {"status": "ok", "checks": expected, "degraded": []})
 
 

@@ -184,7 +184,7 @@ def test_answers_keep_coming_while_redis_is_blocked_or_down(
             assert health.status_code == 200
             assert health.json() == {
                 "status": "degraded",
-                "checks": {"database": "ok", "redis": "failing", "changes": "ok"},
+                "checks": {"database": "ok", "redis": "failing", "changes": "ok", "webhooks": "ok"},
                 "degraded": [REDIS_DEGRADED],
             }
             redis_process.send_signal(signal.SIGCONT)
@@ -225,7 +225,7 @@ def test_service_recovers_by_itself_after_its_database_connections_drop(
                 200,
                 {
                     "status": "ok",
-                    "checks": {"database": "ok", "redis": "ok", "changes": "ok"},
+                    "checks": {"database": "ok", "redis": "ok", "changes": "ok", "webhooks": "ok"},
                     "degraded": [],
                 },
             )

@@ -8,6 +8,14 @@ write no entry.
 from __future__ import annotations
 
 from marketplace.catalogue.access_grants import GRANTED_EVENT
+from marketplace.webhooks.events import (
+    DELIVERY_REDELIVERED,
+    SUBSCRIPTION_ADDED,
+    SUBSCRIPTION_DISABLED,
+    SUBSCRIPTION_ENABLED,
+    SUBSCRIPTION_REMOVED,
+    SUBSCRIPTION_TESTED,
+)
 
 PAYMENT_CONFIRMED = "payment.confirmed"
 PAYMENT_FAILED = "payment.failed"
@@ -64,4 +72,12 @@ EVENTS = (
     USER_RESTORED,
     CHAT_ACCOUNT_LINKED,
     CHAT_ACCOUNT_UNLINKED,
+    # Webhook subscriptions (`marketplace/backoffice/webhooks.py`); `webhook.disabled` is also
+    # written by delivery itself, by the system user `marketplace`.
+    SUBSCRIPTION_ADDED,
+    SUBSCRIPTION_ENABLED,
+    SUBSCRIPTION_DISABLED,
+    SUBSCRIPTION_REMOVED,
+    SUBSCRIPTION_TESTED,
+    DELIVERY_REDELIVERED,
 )

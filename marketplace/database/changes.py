@@ -169,6 +169,17 @@ class _History:
         return [change for moved_to, change in self._changes if moved_to > generation]
 
 
+# An execution option for writes that no answer reads (the webhook outbox and its deliveries): a
+# transaction that made only such writes announces nothing, so that delivering webhooks never
+# empties a worker's cache.
+UNANNOUNCED = "marketplace_unannounced"
+
+
+def unannounced(engine: AsyncEngine) -> AsyncEngine:
+    """`engine`, its pool shared, for transactions whose writes answer no read."""
+    return engine.execution_options(**{UNANNOUNCED: True})
+
+
 def announce_commits(engine: AsyncEngine) -> None:
     """Make every transaction of `engine` that wrote announce its commit.
 
@@ -179,6 +190,8 @@ def announce_commits(engine: AsyncEngine) -> None:
     notify = engine.dialect.name == "postgresql"
 
     def note_write(connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if connection.get_execution_options().get(UNANNOUNCED):
+            return
         if not statement.lstrip()[:9].upper().startswith(_READ_ONLY_PREFIXES):
             connection.info[_WROTE] = True
 

@@ -12,6 +12,13 @@ from marketplace.models.resource_counts import ResourceCounts, rating_average
 from marketplace.models.review import Review
 from marketplace.models.user import User
 from marketplace.models.version import Version
+from marketplace.models.webhook import (
+    DeliveryState,
+    SubscriptionFormat,
+    WebhookDelivery,
+    WebhookEvent,
+    WebhookSubscription,
+)
 
 __all__ = [
     "PUBLIC_STATUSES",
@@ -21,6 +28,7 @@ __all__ = [
     "Base",
     "Category",
     "ChatAccount",
+    "DeliveryState",
     "Gift",
     "Payment",
     "PaymentStatus",
@@ -28,8 +36,12 @@ __all__ = [
     "ResourceCounts",
     "ResourceStatus",
     "Review",
+    "SubscriptionFormat",
     "User",
     "Version",
+    "WebhookDelivery",
+    "WebhookEvent",
+    "WebhookSubscription",
     "rating_average",
     "utcnow",
 ]

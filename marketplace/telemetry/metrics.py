@@ -110,6 +110,33 @@ WORKER_CACHE_LOOKUPS = Counter(
     "kept past the maximum age, off: no cache at that moment).",
     ["outcome"],
 )
+WEBHOOK_DELIVERIES = Counter(
+    "marketplace_webhook_deliveries_total",
+    "Webhook delivery attempts, by event and outcome (delivered; failed: to be retried; given_up: "
+    "failed at the end of its retry window, or a test ping that failed).",
+    ["event", "outcome"],
+)
+WEBHOOK_OUTCOMES = ("delivered", "failed", "given_up")
+WEBHOOK_DELIVERY_LATENCY = Histogram(
+    "marketplace_webhook_delivery_latency_seconds",
+    "Time from an event's change to its delivery's success, by event.",
+    ["event"],
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0, 86400.0),
+)
+WEBHOOK_QUEUE_DEPTH = Gauge(
+    "marketplace_webhook_queue_depth",
+    "Webhook work not done yet, read from the database at scrape time: events not yet dispatched "
+    "(stage=events) and deliveries of enabled subscriptions not yet delivered (stage=deliveries, "
+    "those waiting for a retry included).",
+    ["stage"],
+    multiprocess_mode="livemostrecent",
+)
+WEBHOOK_OLDEST_PENDING = Gauge(
+    "marketplace_webhook_oldest_pending_seconds",
+    "How long the oldest webhook work has been due, read at scrape time: an event not yet "
+    "dispatched, or a delivery past its due time (not one waiting for its retry); 0 when none is.",
+    multiprocess_mode="livemostrecent",
+)
 WORKER_CACHE_BYTES = Gauge(
     "marketplace_worker_cache_bytes",
     "Bytes held by the workers' caches of encoded answers (summed over live workers).",
@@ -202,6 +229,7 @@ def start_worker(
     limiters: Sequence[str],
     caches: Sequence[str],
     upstreams: Sequence[str],
+    webhook_events: Sequence[str] = (),
 ) -> None:
     """Publish this worker's build information, and a 0 for every known label combination."""
     BUILD_INFO.labels(package_version(), platform.python_version(), database, "yes" if redis else "no").set(1)
@@ -223,6 +251,12 @@ def start_worker(
         WORKER_CACHE_LOOKUPS.labels(outcome)
     for outcome in WRITE_CONFLICT_OUTCOMES:
         DB_WRITE_CONFLICTS.labels(outcome)
+    for event in webhook_events:
+        WEBHOOK_DELIVERY_LATENCY.labels(event)
+        for outcome in WEBHOOK_OUTCOMES:
+            WEBHOOK_DELIVERIES.labels(event, outcome)
+    for stage in ("events", "deliveries"):
+        WEBHOOK_QUEUE_DEPTH.labels(stage)
 
 
 class WorkerProcesses(Collector):

@@ -10,5 +10,14 @@ from marketplace.backoffice.commands.gifts import gifts
 from marketplace.backoffice.commands.payments import payments
 from marketplace.backoffice.commands.resources import resources
 from marketplace.backoffice.commands.users import users
+from marketplace.backoffice.commands.webhooks import webhooks
 
-BACK_OFFICE_COMMANDS: tuple[click.Command, ...] = (payments, accesses, resources, gifts, users, activity)
+BACK_OFFICE_COMMANDS: tuple[click.Command, ...] = (
+    payments,
+    accesses,
+    resources,
+    gifts,
+    users,
+    webhooks,
+    activity,
+)

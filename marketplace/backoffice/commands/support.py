@@ -54,25 +54,46 @@ def perform_and_report(
     action: Callable[[AsyncSession], Any], *, by: str | None, as_json: bool, via: str
 ) -> None:
     """Run `action` as one logged transaction and print what it changed (or one refusal line)."""
+    report(perform_logged(action, by=by, via=via), as_json=as_json)
+
+
+def operator_name(by: str | None) -> str:
     operator = (by or "").strip() or system_user()
     if len(operator) > 255 or not operator.isprintable():
         fail("--by: at most 255 printable characters")
+    return operator
+
+
+async def perform_in(
+    settings: Settings, action: Callable[[AsyncSession], Any], *, operator: str, via: str
+) -> Sequence[Any]:
+    """`action` as one logged transaction on the configured database; a refusal is a `CommandRefused`."""
+    from marketplace.backoffice.actions import Refused, perform
+    from marketplace.database.conflicts import WriteConflict
+    from marketplace.database.engine import engine_for
+
+    await require_schema(settings)
+    async with engine_for(settings) as engine:
+        try:
+            return await perform(engine, action, by=operator, via=via)
+        except Refused as refusal:
+            raise CommandRefused(str(refusal)) from None
+        except WriteConflict as conflict:
+            raise CommandRefused(f"{conflict}; run the command again") from None
+
+
+def perform_logged(action: Callable[[AsyncSession], Any], *, by: str | None, via: str) -> Sequence[Any]:
+    """Run `action` as one logged transaction; its logged changes."""
+    operator = operator_name(by)
 
     async def run(settings: Settings) -> Sequence[Any]:
-        from marketplace.backoffice.actions import Refused, perform
-        from marketplace.database.conflicts import WriteConflict
-        from marketplace.database.engine import engine_for
+        return await perform_in(settings, action, operator=operator, via=via)
 
-        await require_schema(settings)
-        async with engine_for(settings) as engine:
-            try:
-                return await perform(engine, action, by=operator, via=via)
-            except Refused as refusal:
-                raise CommandRefused(str(refusal)) from None
-            except WriteConflict as conflict:
-                raise CommandRefused(f"{conflict}; run the command again") from None
+    return run_command(run)
 
-    done = run_command(run)
+
+def report(done: Sequence[Any], *, as_json: bool) -> None:
+    """Print a line (or a JSON object) per logged change."""
     if not done:
         click.echo(json.dumps({"changes": 0}) if as_json else "nothing to change")
     for logged in done:
