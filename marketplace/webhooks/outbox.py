@@ -13,7 +13,10 @@ Who wants what:
 - `--resource`: only events of that resource; `--author`: only events of that author's resources;
 - `release.published` reaches subscriptions without `--resource` only for a published resource
   (as the public feeds list them), and a `--resource` subscription for a visible one (published
-  or unlisted): releases of drafts, pending, rejected or deleted resources are not news.
+  or unlisted): releases of drafts, pending, rejected or deleted resources are not news;
+- nor is a release dated more than `RELEASE_NEWS_SECONDS` before its event was written: an import
+  of the earlier platform or a backfill writes its versions with their own dates, and its events
+  (the outbox covers the importer and `load` like every writer), but old releases are history.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from marketplace.webhooks.payloads import (
 )
 
 BATCH = 100
+# How old a version may be, when its event is written, and still be news.
+RELEASE_NEWS_SECONDS = 86400.0
 
 
 def precise_now() -> datetime:
@@ -153,6 +158,9 @@ def wants(subscription: Any, event: EventFacts) -> bool:
         return False
     if event.kind == events.RELEASE_PUBLISHED:
         if resource is None:
+            return False
+        version = event.version
+        if version is not None and (event.created_at - version.created_at).total_seconds() > RELEASE_NEWS_SECONDS:
             return False
         if subscription.resource_id is None:
             return resource.status == ResourceStatus.PUBLISHED.value

@@ -366,3 +366,18 @@ def test_gift_codes_that_differ_only_in_case_normalisation_or_final_sigma_are_on
     assert map_gift({"id": 4, "code": "ΟΔΟΣ", "promotion": 5}, Notes(), {}, seen)["code_key"] == "οδοσ"
     with pytest.raises(Skip, match="duplicate code"):
         map_gift({"id": 5, "code": "οδος", "promotion": 5}, Notes(), {}, seen)
+
+
+async def test_an_import_writes_its_events_and_its_old_releases_are_history_not_news(
+    services: Services, earlier_url: str
+) -> None:
+    from tests.webhooks.support import deliveries, dispatch, events_written, subscribe
+
+    await subscribe(services.engine, "http://127.0.0.1:9/hook")
+    await run_import(services, earlier_url)
+    kinds = {kind for kind, *_ in await events_written(services.engine)}
+    assert {"release.published", "access.granted"} <= kinds
+    await dispatch(services.engine, services.settings)
+    delivered = {delivery.event for delivery in await deliveries(services.engine)}
+    assert "access.granted" in delivered
+    assert "release.published" not in delivered

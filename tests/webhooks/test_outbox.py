@@ -4,12 +4,14 @@ into one delivery per subscription that wants them (migration 0009, `marketplace
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.config import Settings
+from marketplace.models import utcnow
 from marketplace.services import Services
 from tests.catalogue import catalogue
 from tests.conftest import Loader
@@ -200,3 +202,22 @@ async def test_a_payment_body_tells_its_status_before_and_after(
     data = json.loads(delivery.body)["data"]
     assert (data["from"], data["to"], data["payment"]["status"]) == ("paid", "disputed", "disputed")
     assert data["payment"]["uid"] == "01HZY3J1Q8Y5ZQ4W2B7C9D0E1F"
+
+
+async def test_a_release_dated_more_than_a_day_before_its_event_is_history_not_news(
+    stocked: AsyncEngine, settings: Settings
+) -> None:
+    await subscribe(stocked, HOOK, events="release.published")
+    for version_id, hours_ago in ((100, 25), (101, 23)):
+        await execute(
+            stocked,
+            "INSERT INTO versions (id, resource_id, version, title, download, created_at, updated_at) "
+            "VALUES (:id, 7, :number, '', 0, :at, :at)",
+            id=version_id,
+            number=f"{hours_ago}.0",
+            at=utcnow() - timedelta(hours=hours_ago),
+        )
+    await dispatch(stocked, settings)
+    assert [json.loads(delivery.body)["data"]["version"]["id"] for delivery in await deliveries(stocked)] == [
+        101
+    ]
