@@ -109,6 +109,8 @@ class Settings(BaseSettings):
     # How long a worker's claim on a delivery lasts: past it, a delivery whose worker died is sent
     # again. Longer than a send (5 s) with a margin.
     webhooks_lease_seconds: float = Field(default=30.0, ge=10)
+    # Delivered and given-up deliveries are kept this long for `webhooks show`, then deleted.
+    webhooks_history_days: float = Field(default=30.0, gt=0)
     # `/up` names the delivery queue as degraded when a delivery has been due this long.
     webhooks_late_after_seconds: float = Field(default=300.0, gt=0)
     log_format: Literal["json", "text"] = "json"

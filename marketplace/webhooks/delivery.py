@@ -112,7 +112,7 @@ async def claim_due(engine: AsyncEngine, policy: DeliveryPolicy, limit: int) -> 
             WebhookDelivery.next_attempt_at <= now,
             WebhookSubscription.enabled.is_(True),
         )
-        .order_by(WebhookDelivery.next_attempt_at)
+        .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id)
         .limit(limit)
         .with_for_update(of=WebhookDelivery, skip_locked=True)
         .cte("due")

@@ -9,6 +9,10 @@ deliveries are sent at once by a worker, none holding a database connection whil
 its receiver. The loop's transactions announce no change (`database/changes.py`): delivering
 webhooks drops no cached answer.
 
+Every `PRUNE_EVERY_SECONDS` a worker deletes what is done and old: deliveries delivered or given
+up more than `MARKETPLACE_WEBHOOKS_HISTORY_DAYS` ago, and events dispatched as long ago that no
+delivery refers to any more (most events of a catalogue whose subscriptions want few of them).
+
 On shutdown a worker lets the sends in flight finish (at most their timeout) and records them; a
 send cut short leaves its claim to lapse, and the delivery goes again from another worker.
 """
@@ -18,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import delete, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.database.changes import unannounced
@@ -47,6 +52,9 @@ logger = logging.getLogger("marketplace.webhooks")
 
 # The longest pause after the database failed the loop, doubling from the poll interval.
 MAX_PAUSE_SECONDS = 10.0
+PRUNE_EVERY_SECONDS = 600.0
+# Rows deleted by one statement, so that pruning never holds locks for long.
+PRUNE_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,41 @@ async def observe_queue(engine: AsyncEngine) -> QueueState:
     return state
 
 
+async def prune(engine: AsyncEngine, history_seconds: float) -> int:
+    """Delete finished deliveries and events older than the history kept; how many rows."""
+    before = precise_now() - timedelta(seconds=history_seconds)
+    finished = (DeliveryState.DELIVERED.value, DeliveryState.FAILED.value)
+    deleted = 0
+    while True:
+        async with engine.begin() as connection:
+            old_deliveries = (
+                select(WebhookDelivery.id)
+                .where(WebhookDelivery.state.in_(finished), WebhookDelivery.created_at < before)
+                .limit(PRUNE_BATCH)
+                .scalar_subquery()
+            )
+            gone = (
+                await connection.execute(
+                    delete(WebhookDelivery).where(WebhookDelivery.id.in_(old_deliveries))
+                )
+            ).rowcount
+            old_events = (
+                select(WebhookEvent.id)
+                .where(
+                    WebhookEvent.dispatched_at < before,
+                    ~exists().where(WebhookDelivery.event_id == WebhookEvent.id),
+                )
+                .limit(PRUNE_BATCH)
+                .scalar_subquery()
+            )
+            gone += (
+                await connection.execute(delete(WebhookEvent).where(WebhookEvent.id.in_(old_events)))
+            ).rowcount
+        deleted += gone
+        if gone < PRUNE_BATCH:
+            return deleted
+
+
 class WebhookDeliverer:
     """The loop of one serving worker."""
 
@@ -110,6 +153,8 @@ class WebhookDeliverer:
         self.enabled = settings.webhooks_deliver
         self.poll_seconds = settings.webhooks_poll_seconds
         self.concurrency = settings.webhooks_concurrency
+        self.history_seconds = settings.webhooks_history_days * 86400
+        self._next_prune = 0.0
         self._task: asyncio.Task[None] | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         # Made by the first delivery: a worker that sends none never loads httpx.
@@ -140,6 +185,10 @@ class WebhookDeliverer:
 
     async def _step(self) -> bool:
         """Dispatch and claim what there is; whether more is probably waiting."""
+        loop_time = asyncio.get_running_loop().time()
+        if loop_time >= self._next_prune:
+            self._next_prune = loop_time + PRUNE_EVERY_SECONDS
+            await prune(self.engine, self.history_seconds)
         free = self.concurrency - len(self._in_flight)
         events_waiting, deliveries_due = await self._work_waiting()
         dispatched = 0

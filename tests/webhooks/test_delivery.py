@@ -19,7 +19,7 @@ from marketplace.webhooks.delivery import claim_due, record
 from marketplace.webhooks.sealing import seal, unseal
 from marketplace.webhooks.sending import Sent
 from marketplace.webhooks.signing import verify
-from marketplace.webhooks.worker import WebhookDeliverer
+from marketplace.webhooks.worker import WebhookDeliverer, prune
 from tests.catalogue import catalogue
 from tests.conftest import Loader
 from tests.webhooks.receiver import always, failing_first, running_receiver
@@ -29,6 +29,7 @@ from tests.webhooks.support import (
     deliver_due,
     deliveries,
     dispatch,
+    events_written,
     execute,
     policy,
     release,
@@ -382,3 +383,24 @@ async def test_a_receiver_that_keeps_failing_does_not_make_the_queue_late(
     await age(engine, "webhook_events", "created_at", 3600)
     body = (await client.get("/up")).json()
     assert body["checks"]["webhooks"] == "ok"
+
+
+async def test_finished_deliveries_and_their_events_are_deleted_after_the_history_kept(
+    stocked: AsyncEngine, settings: Settings
+) -> None:
+    with running_receiver() as receiver:
+        await subscribe(stocked, receiver.url, events="release.published")
+        await release(stocked, 7, 100, "2.0")
+        await release(stocked, 8, 101, "2.0")
+        await dispatch(stocked, settings)
+        assert await deliver_due(stocked, policy(), limit=1) == ["delivered"]
+    await age(stocked, "webhook_deliveries", "created_at", 31 * 86400)
+    await age(stocked, "webhook_events", "dispatched_at", 31 * 86400)
+    await release(stocked, 1, 102, "9.0")  # a recent event, not dispatched yet
+    assert await prune(stocked, 30 * 86400) == 2
+    (kept,) = await deliveries(stocked)
+    assert kept.state == "pending", "a delivery not finished is kept, however old"
+    assert [(kind, subject) for kind, _, _, subject, *_ in await events_written(stocked)] == [
+        ("release.published", 101),
+        ("release.published", 102),
+    ]
