@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import aliased
 from ulid import ULID
 
 from marketplace.backoffice.actions import Change, Refused, timestamp, write_as_read
@@ -348,8 +349,10 @@ async def show_subscription(connection: AsyncConnection, reference: str) -> Foun
             )
         ).all()
     )
+    repeated = aliased(WebhookDelivery)
     deliveries = await connection.execute(
-        select(WebhookDelivery)
+        select(WebhookDelivery, repeated.uid.label("repeated_uid"))
+        .outerjoin(repeated, repeated.id == WebhookDelivery.redelivery_of)
         .where(WebhookDelivery.subscription_id == subscription.id)
         .order_by(WebhookDelivery.id.desc())
         .limit(SHOWN_DELIVERIES)
@@ -367,7 +370,10 @@ async def show_subscription(connection: AsyncConnection, reference: str) -> Foun
             if delivery.state == DeliveryState.PENDING.value
             else None,
             "delivered_at": _time(delivery.delivered_at),
-            "redelivery_of": delivery.redelivery_of,
+            # The delivery it repeats, by the id operators see.
+            "redelivery_of": delivery.repeated_uid,
+            # The start of the receiver's last answer (`--json`).
+            "last_response": delivery.last_response,
         }
         for delivery in deliveries
     ]

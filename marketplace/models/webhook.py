@@ -57,7 +57,7 @@ class WebhookSubscription(Timestamped, Base):
     author_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
     format: Mapped[str] = mapped_column(String(8), default=SubscriptionFormat.JSON.value, nullable=False)
     # The signing secret as stored: encrypted under MARKETPLACE_WEBHOOKS_SECRET_KEY when it is set
-    # (`marketplace/webhooks/secrets.py`).
+    # (`marketplace/webhooks/sealing.py`).
     secret: Mapped[str] = mapped_column(String(255), nullable=False)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, nullable=False)
     # The first failure since its last success; a subscription failing for a whole retry window
@@ -65,7 +65,11 @@ class WebhookSubscription(Timestamped, Base):
     failing_since: Mapped[datetime | None] = mapped_column(DateTime())
     disabled_reason: Mapped[str | None] = mapped_column(String(255))
 
-    __table_args__ = (CheckConstraint("format IN ('json', 'chat')", name="format"),)
+    __table_args__ = (
+        CheckConstraint("format IN ('json', 'chat')", name="format"),
+        # Ids are never used twice (migration 0009).
+        {"sqlite_autoincrement": True},
+    )
 
 
 class WebhookEvent(Base):
@@ -92,6 +96,7 @@ class WebhookEvent(Base):
             postgresql_where=text("dispatched_at IS NULL"),
             sqlite_where=text("dispatched_at IS NULL"),
         ),
+        {"sqlite_autoincrement": True},
     )
 
 

@@ -112,8 +112,8 @@ WORKER_CACHE_LOOKUPS = Counter(
 )
 WEBHOOK_DELIVERIES = Counter(
     "marketplace_webhook_deliveries_total",
-    "Webhook delivery attempts, by event and outcome (delivered; failed: to be retried; given_up: "
-    "failed at the end of its retry window, or a test ping that failed).",
+    "Webhook delivery attempts recorded by the serving workers, by event and outcome (delivered; "
+    "failed: to be retried; given_up: failed at the end of its retry window).",
     ["event", "outcome"],
 )
 WEBHOOK_OUTCOMES = ("delivered", "failed", "given_up")

@@ -96,6 +96,8 @@ class Claimed:
     subscription_id: int
     url: str
     stored_secret: str
+    # A manual redelivery: its latency says nothing of how fast changes reach receivers.
+    redelivery: bool = False
 
 
 async def claim_due(engine: AsyncEngine, policy: DeliveryPolicy, limit: int) -> list[Claimed]:
@@ -143,6 +145,7 @@ async def claim_due(engine: AsyncEngine, policy: DeliveryPolicy, limit: int) -> 
                     WebhookDelivery.first_attempt_at,
                     WebhookDelivery.subscription_id,
                     WebhookDelivery.event_id,
+                    WebhookDelivery.redelivery_of,
                 )
             )
         ).all()
@@ -177,6 +180,7 @@ async def claim_due(engine: AsyncEngine, policy: DeliveryPolicy, limit: int) -> 
             subscription_id=row.subscription_id,
             url=subscriptions[row.subscription_id].url,
             stored_secret=subscriptions[row.subscription_id].secret,
+            redelivery=row.redelivery_of is not None,
         )
         for row in sorted(rows, key=lambda row: row.id)
     ]
@@ -265,7 +269,7 @@ async def record(engine: AsyncEngine, claimed: Claimed, sent: Sent, policy: Deli
         logger.info("webhook delivery %s: its claim lapsed before its outcome was recorded", claimed.uid)
         return None
     WEBHOOK_DELIVERIES.labels(claimed.event, outcome).inc()
-    if outcome == "delivered" and claimed.event_created_at is not None:
+    if outcome == "delivered" and claimed.event_created_at is not None and not claimed.redelivery:
         WEBHOOK_DELIVERY_LATENCY.labels(claimed.event).observe(
             max(0.0, (now - claimed.event_created_at).total_seconds())
         )
@@ -291,9 +295,12 @@ async def _note_failure(connection: Any, subscription_id: int, now: datetime, po
     )
     row = (
         await connection.execute(
-            select(WebhookSubscription.failing_since, WebhookSubscription.url).where(
-                WebhookSubscription.id == subscription_id, WebhookSubscription.enabled.is_(True)
-            )
+            select(
+                WebhookSubscription.failing_since,
+                WebhookSubscription.url,
+                WebhookSubscription.author_id,
+                WebhookSubscription.resource_id,
+            ).where(WebhookSubscription.id == subscription_id, WebhookSubscription.enabled.is_(True))
         )
     ).first()
     if row is None or row.failing_since is None:
@@ -313,6 +320,8 @@ async def _note_failure(connection: Any, subscription_id: int, now: datetime, po
     await connection.execute(
         insert(Activity).values(
             event=events.SUBSCRIPTION_DISABLED,
+            user_id=row.author_id,
+            resource_id=row.resource_id,
             via=VIA,
             actor=SYSTEM_ACTOR,
             properties={

@@ -160,7 +160,10 @@ def wants(subscription: Any, event: EventFacts) -> bool:
         if resource is None:
             return False
         version = event.version
-        if version is not None and (event.created_at - version.created_at).total_seconds() > RELEASE_NEWS_SECONDS:
+        if (
+            version is not None
+            and (event.created_at - version.created_at).total_seconds() > RELEASE_NEWS_SECONDS
+        ):
             return False
         if subscription.resource_id is None:
             return resource.status == ResourceStatus.PUBLISHED.value

@@ -51,5 +51,6 @@ def verify(
     current = time.time() if now is None else now
     if abs(current - timestamp) > tolerance_seconds:
         return False
-    expected = signature(secret, timestamp, body)
-    return any(hmac.compare_digest(expected, candidate) for candidate in candidates)
+    expected = signature(secret, timestamp, body).encode("ascii")
+    # As bytes: a candidate that is not ASCII is simply not the signature.
+    return any(hmac.compare_digest(expected, candidate.encode("utf-8")) for candidate in candidates)

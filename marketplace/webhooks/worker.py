@@ -213,6 +213,8 @@ class WebhookDeliverer:
                         exists().where(
                             WebhookDelivery.state == DeliveryState.PENDING.value,
                             WebhookDelivery.next_attempt_at <= now,
+                            WebhookSubscription.id == WebhookDelivery.subscription_id,
+                            WebhookSubscription.enabled.is_(True),
                         ),
                     )
                 )

@@ -103,6 +103,9 @@ class BackOffice:
                         "payments",
                         "accesses",
                         "activity_log",
+                        "webhook_subscriptions",
+                        "webhook_events",
+                        "webhook_deliveries",
                     )
                 }
         finally:

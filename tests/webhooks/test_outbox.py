@@ -221,3 +221,28 @@ async def test_a_release_dated_more_than_a_day_before_its_event_is_history_not_n
     assert [json.loads(delivery.body)["data"]["version"]["id"] for delivery in await deliveries(stocked)] == [
         101
     ]
+
+
+async def test_no_event_is_written_that_no_enabled_subscription_names(stocked: AsyncEngine) -> None:
+    await subscribe(stocked, HOOK, events="payment.status_changed")
+    await subscribe(stocked, HOOK, events="release.published", enabled=False)
+    await release(stocked, 7, 100, "2.0")
+    await execute(stocked, "UPDATE accesses SET revoked = TRUE WHERE id = 3")
+    await execute(stocked, "UPDATE resources SET status = 'draft' WHERE id = 7")
+    await execute(stocked, "UPDATE payments SET status = 'refunded' WHERE id = 1")
+    assert [kind for kind, *_ in await events_written(stocked)] == ["payment.status_changed"]
+
+
+async def test_a_removed_subscriptions_id_and_a_pruned_events_id_are_never_given_again(
+    stocked: AsyncEngine,
+) -> None:
+    first = await subscribe(stocked, HOOK, events="release.published")
+    await release(stocked, 7, 100, "2.0")
+    await execute(stocked, "DELETE FROM webhook_events")
+    await execute(stocked, f"DELETE FROM webhook_subscriptions WHERE id = {first}")
+    second = await subscribe(stocked, HOOK, events="release.published")
+    await release(stocked, 7, 101, "2.1")
+    async with stocked.connect() as connection:
+        event_id = (await connection.execute(text("SELECT id FROM webhook_events"))).scalar_one()
+    assert second > first
+    assert event_id > 1

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from marketplace.config import Settings
-from marketplace.models import WebhookDelivery
+from marketplace.models import WebhookDelivery, utcnow
 from marketplace.services import Services
 from marketplace.webhooks.signing import verify
 from tests.catalogue import catalogue
@@ -148,9 +148,10 @@ async def test_two_hosts_on_one_database_deliver_each_event_once(
                 stocked,
                 *(
                     "INSERT INTO versions (id, resource_id, version, title, download, created_at, updated_at) "
-                    f"VALUES ({100 + n}, 7, '3.{n}', '', 0, '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+                    f"VALUES ({100 + n}, 7, '3.{n}', '', 0, :now, :now)"
                     for n in range(events)
                 ),
+                now=utcnow(),
             )
             await asyncio.to_thread(receiver.wait_for, events, 60.0)
             await asyncio.sleep(1.5)  # time for any second delivery

@@ -58,7 +58,7 @@ def add(
 ) -> None:
     operator = operator_name(by)
 
-    async def run(settings: Settings) -> tuple[Any, str]:
+    async def run(settings: Settings) -> tuple[Any, str, bool]:
         from marketplace.backoffice.webhooks import NewSubscription, add_subscription
         from marketplace.webhooks.destinations import DestinationRefused, checked_url, resolved_addresses
         from marketplace.webhooks.sealing import new_secret, seal
@@ -80,28 +80,22 @@ def add(
             operator=operator,
             via="marketplace webhooks add",
         )
-        return done[0], secret
+        return done[0], secret, bool(settings.webhooks_secret_key)
 
-    logged, secret = run_command(run)
+    logged, secret, sealed = run_command(run)
     if as_json:
         click.echo(json.dumps({**logged.as_json(), "id": logged.change.subject["webhook"], "secret": secret}))
-        return
-    click.echo(one_line(logged.change.summary))
-    click.echo(f"id      {logged.change.subject['webhook']}")
-    click.echo(f"secret  {secret}")
-    click.echo("The secret is shown only now: keep it where the receiver checks signatures.")
-    if not load_key_set():
+    else:
+        click.echo(one_line(logged.change.summary))
+        click.echo(f"id      {logged.change.subject['webhook']}")
+        click.echo(f"secret  {secret}")
+        click.echo("The secret is shown only now: keep it where the receiver checks signatures.")
+    if not sealed:
         click.echo(
             "marketplace: note: MARKETPLACE_WEBHOOKS_SECRET_KEY is unset, so the secret is stored "
             "unsealed in the database (docs/webhooks.md)",
             err=True,
         )
-
-
-def load_key_set() -> bool:
-    from marketplace.console import load_settings
-
-    return bool(load_settings().webhooks_secret_key)
 
 
 def _host_and_port(url: str) -> tuple[str, int]:
@@ -151,7 +145,12 @@ def _switch(verb: str, enabled: bool, help_text: str) -> None:
 
 
 _switch("enable", True, "Deliver to the subscription again (its pending deliveries resume).")
-_switch("disable", False, "Stop delivering to the subscription (its pending deliveries wait).")
+_switch(
+    "disable",
+    False,
+    "Stop delivering to the subscription: events from now on are not sent to it; its pending "
+    "deliveries wait for it to be enabled.",
+)
 
 
 @webhooks.command("remove", help="Delete the subscription and its deliveries.")

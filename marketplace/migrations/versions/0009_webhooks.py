@@ -7,8 +7,8 @@ Create Date: 2026-11-27
 Every change a webhook tells of becomes a row of `webhook_events` in the transaction that makes
 the change, written by triggers so that every writer is covered: the API's grant, the back office,
 `marketplace load`, the importer and an operator's own SQL alike. Nothing is written while no
-subscription is enabled (the triggers check first), so a catalogue without webhooks pays one
-indexed look-up per statement (PostgreSQL) or row (SQLite).
+enabled subscription names the event (the triggers look first), so a catalogue without webhooks
+pays one look-up in a table of a few rows per statement (PostgreSQL) or row (SQLite).
 
 | Table | Change | Event |
 |---|---|---|
@@ -32,7 +32,21 @@ down_revision = "0008"
 branch_labels = None
 depends_on = None
 
-_ANY_ENABLED = "EXISTS (SELECT 1 FROM webhook_subscriptions WHERE enabled)"
+
+
+def _wanted(pattern: str) -> str:
+    """Whether an enabled subscription names an event like `pattern` (event names are no part of
+    one another, `access.%` is both access events)."""
+    return f"EXISTS (SELECT 1 FROM webhook_subscriptions WHERE enabled AND events LIKE '%{pattern}%')"
+
+
+# What each table's events are called, for the check.
+_WANTED = {
+    "versions": _wanted("release.published"),
+    "resources": _wanted("resource.status_changed"),
+    "payments": _wanted("payment.status_changed"),
+    "accesses": _wanted("access."),
+}
 _EVENT_COLUMNS = "(kind, resource_id, user_id, subject_id, old_value, new_value, created_at)"
 
 # A resource's status as its events tell it: a soft-deleted one is `deleted`.
@@ -106,7 +120,7 @@ def _postgresql_function(name: str, body: str) -> str:
     return f"""
 CREATE OR REPLACE FUNCTION marketplace_webhook_{name}() RETURNS trigger AS $$
 BEGIN
-    IF {_ANY_ENABLED} THEN
+    IF {_WANTED[name.split("_", 1)[0]]} THEN
         {body}
     END IF;
     RETURN NULL;
@@ -140,12 +154,12 @@ def _sqlite_event(values: str) -> str:
 _SQLITE_TRIGGERS = {
     "versions_webhook_event": (
         "AFTER INSERT ON versions",
-        _ANY_ENABLED,
+        _WANTED["versions"],
         _sqlite_event("'release.published', NEW.resource_id, NULL, NEW.id, NULL, NULL"),
     ),
     "resources_webhook_event": (
         "AFTER UPDATE OF status, deleted_at ON resources",
-        f"({_SHOWN_STATUS.format(row='OLD')}) IS NOT ({_SHOWN_STATUS.format(row='NEW')}) AND {_ANY_ENABLED}",
+        f"({_SHOWN_STATUS.format(row='OLD')}) IS NOT ({_SHOWN_STATUS.format(row='NEW')}) AND {_WANTED['resources']}",
         _sqlite_event(
             f"'resource.status_changed', NEW.id, NULL, NEW.id, "
             f"{_SHOWN_STATUS.format(row='OLD')}, {_SHOWN_STATUS.format(row='NEW')}"
@@ -153,17 +167,17 @@ _SQLITE_TRIGGERS = {
     ),
     "payments_webhook_event": (
         "AFTER UPDATE OF status ON payments",
-        f"OLD.status IS NOT NEW.status AND {_ANY_ENABLED}",
+        f"OLD.status IS NOT NEW.status AND {_WANTED['payments']}",
         _sqlite_event("'payment.status_changed', NEW.resource_id, NEW.buyer_id, NEW.id, OLD.status, NEW.status"),
     ),
     "accesses_insert_webhook_event": (
         "AFTER INSERT ON accesses",
-        f"NOT NEW.revoked AND {_ANY_ENABLED}",
+        f"NOT NEW.revoked AND {_WANTED['accesses']}",
         _sqlite_event("'access.granted', NEW.resource_id, NEW.user_id, NEW.id, NULL, NEW.source"),
     ),
     "accesses_update_webhook_event": (
         "AFTER UPDATE OF revoked ON accesses",
-        f"OLD.revoked IS NOT NEW.revoked AND {_ANY_ENABLED}",
+        f"OLD.revoked IS NOT NEW.revoked AND {_WANTED['accesses']}",
         _sqlite_event(
             "CASE WHEN NEW.revoked THEN 'access.revoked' ELSE 'access.granted' END, "
             "NEW.resource_id, NEW.user_id, NEW.id, NULL, NEW.source"
@@ -171,7 +185,7 @@ _SQLITE_TRIGGERS = {
     ),
     "accesses_delete_webhook_event": (
         "AFTER DELETE ON accesses",
-        f"NOT OLD.revoked AND {_ANY_ENABLED}",
+        f"NOT OLD.revoked AND {_WANTED['accesses']}",
         _sqlite_event("'access.revoked', OLD.resource_id, OLD.user_id, OLD.id, NULL, OLD.source"),
     ),
 }
@@ -211,6 +225,9 @@ def upgrade() -> None:
         ),
         sa.CheckConstraint("format IN ('json', 'chat')", name="ck_webhook_subscriptions_format"),
         sa.PrimaryKeyConstraint("id", name="pk_webhook_subscriptions"),
+        # Ids are never used twice (SQLite would reuse the largest one after a delete): the
+        # activity log and the receivers name subscriptions and events by them.
+        sqlite_autoincrement=True,
     )
     op.create_table(
         "webhook_events",
@@ -224,6 +241,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("dispatched_at", sa.DateTime(), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_webhook_events"),
+        sqlite_autoincrement=True,
     )
     op.create_index(
         "ix_webhook_events_undispatched",
