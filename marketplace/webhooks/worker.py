@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -154,7 +155,7 @@ class WebhookDeliverer:
         self.poll_seconds = settings.webhooks_poll_seconds
         self.concurrency = settings.webhooks_concurrency
         self.history_seconds = settings.webhooks_history_days * 86400
-        self._next_prune = 0.0
+        self._next_prune: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         # Made by the first delivery: a worker that sends none never loads httpx.
@@ -186,6 +187,9 @@ class WebhookDeliverer:
     async def _step(self) -> bool:
         """Dispatch and claim what there is; whether more is probably waiting."""
         loop_time = asyncio.get_running_loop().time()
+        if self._next_prune is None:
+            # Spread over the interval: workers started together do not prune together.
+            self._next_prune = loop_time + random.uniform(PRUNE_EVERY_SECONDS / 10, PRUNE_EVERY_SECONDS)
         if loop_time >= self._next_prune:
             self._next_prune = loop_time + PRUNE_EVERY_SECONDS
             await prune(self.engine, self.history_seconds)

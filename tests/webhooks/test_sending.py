@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import socket
 import ssl
-import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from marketplace.webhooks.sending import USER_AGENT, Sent, post, sending_client
 from tests.upstream import closed_port_url
@@ -367,44 +370,58 @@ class Authority:
     key: Path
 
 
-_OPENSSL_CONFIG = """
-[req]
-distinguished_name = name
-prompt = no
-[name]
-CN = Webhook test CA
-[ca]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-[server]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:webhook.test
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-"""
+def _certificate(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: str,
+    signer: ec.EllipticCurvePrivateKey,
+    *,
+    ca: bool,
+) -> x509.Certificate:
+    now = datetime.now(UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+        )
+    else:
+        builder = (
+            builder.add_extension(
+                x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True
+            )
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("webhook.test")]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False
+            )
+        )
+    return builder.sign(signer, hashes.SHA256())
 
 
 @pytest.fixture(scope="module")
 def authority(tmp_path_factory: pytest.TempPathFactory) -> Authority:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("the openssl command is needed to make a test certificate authority")
+    """A certificate authority of the test's own and a certificate it signed for `webhook.test`."""
     directory = tmp_path_factory.mktemp("tls")
-    (directory / "openssl.cnf").write_text(_OPENSSL_CONFIG)
-    new_key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -config openssl.cnf".split()
-    commands = [
-        [openssl, "req", "-x509", *new_key, "-extensions", "ca", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2"],
-        [openssl, "req", "-new", *new_key, "-subj", "/CN=webhook.test", "-keyout", "server.key", "-out", "server.csr"],
-        [
-            openssl, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial", "2",
-            "-days", "2", "-extfile", "openssl.cnf", "-extensions", "server", "-out", "server.pem",
-        ],
-    ]  # fmt: skip
-    for command in commands:
-        subprocess.run(command, cwd=directory, check=True, capture_output=True)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _certificate("Webhook test CA", ca_key, "Webhook test CA", ca_key, ca=True)
+    server = _certificate("webhook.test", server_key, "Webhook test CA", ca_key, ca=False)
+    pem = serialization.Encoding.PEM
+    (directory / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (directory / "server.pem").write_bytes(server.public_bytes(pem))
+    (directory / "server.key").write_bytes(
+        server_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return Authority(directory / "ca.pem", directory / "server.pem", directory / "server.key")
 
 
