@@ -10,6 +10,7 @@ from __future__ import annotations
 from marketplace.catalogue.access_grants import GRANTED_EVENT
 from marketplace.webhooks.events import (
     DELIVERY_REDELIVERED,
+    SECRET_ROTATED,
     SUBSCRIPTION_ADDED,
     SUBSCRIPTION_DISABLED,
     SUBSCRIPTION_ENABLED,
@@ -79,5 +80,6 @@ EVENTS = (
     SUBSCRIPTION_DISABLED,
     SUBSCRIPTION_REMOVED,
     SUBSCRIPTION_TESTED,
+    SECRET_ROTATED,
     DELIVERY_REDELIVERED,
 )

@@ -7,6 +7,7 @@ and what `webhooks list` and `webhooks show` read.
 | enable | `enabled` true; its run of failures forgotten | unknown id; already enabled |
 | disable | `enabled` false (its pending deliveries wait) | unknown id; already disabled |
 | remove | the subscription and its deliveries deleted | unknown id |
+| rotate-secret | a new secret, printed once; every delivery from now on (retries too) is signed with it | unknown id |
 | redeliver | a new delivery of the same event and body, due now | unknown delivery; the delivery is still pending |
 | test | a `ping` delivery, sent at once by the command | unknown id |
 
@@ -154,6 +155,28 @@ async def set_enabled(session: AsyncSession, reference: str, enabled: bool) -> C
         subject={"webhook": subscription.id},
         before=before,
         after=after,
+        user_id=subscription.author_id,
+        resource_id=subscription.resource_id,
+    )
+
+
+async def rotate_secret(session: AsyncSession, reference: str, stored_secret: str) -> Change:
+    """Replace the subscription's secret (made and sealed by the command, which prints it)."""
+    subscription = await _locked_subscription(session, reference)
+    await write_as_read(
+        session,
+        update(WebhookSubscription)
+        .where(WebhookSubscription.id == subscription.id, WebhookSubscription.secret == subscription.secret)
+        .values(secret=stored_secret, updated_at=utcnow()),
+        f"webhook {subscription.id}",
+    )
+    return Change(
+        event=events.SECRET_ROTATED,
+        summary=f"webhook {subscription.id} ({subscription.url}): new secret; every delivery from now on is "
+        "signed with it",
+        subject={"webhook": subscription.id},
+        before=None,
+        after=None,
         user_id=subscription.author_id,
         resource_id=subscription.resource_id,
     )

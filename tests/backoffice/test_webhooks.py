@@ -599,6 +599,39 @@ async def test_test_sends_a_signed_ping_now_and_records_it_delivered(
     assert str(delivery.event_id) == body["id"]
 
 
+async def test_rotate_secret_prints_a_new_secret_once_and_signs_every_delivery_from_now_on_with_it(
+    back_office: BackOffice, api: httpx.AsyncClient, engine: AsyncEngine, receiver: Receiver
+) -> None:
+    subscription, old_secret = await add(back_office, receiver.url, "--events", "*")
+
+    result = await back_office("webhooks", "rotate-secret", str(subscription), "--by", "alice")
+
+    assert result.exit_code == 0, result.stderr
+    summary, shown_id, shown_secret, note = result.lines
+    assert summary == (
+        f"webhook {subscription} ({receiver.url}): new secret; every delivery from now on is signed with it"
+    )
+    assert shown_id == f"id      {subscription}"
+    new_secret = shown_secret.removeprefix("secret  ")
+    assert SECRET.fullmatch(new_secret) and new_secret != old_secret
+    assert note == SECRET_SHOWN_ONCE
+    assert result.stderr.splitlines() == [UNSET_KEY_NOTE]
+    assert unseal((await stored(engine, subscription)).secret, None) == new_secret
+    await back_office.ok("webhooks", "test", str(subscription))
+    [received] = receiver.all()
+    assert verify(new_secret, received.signature, received.body)
+    assert not verify(old_secret, received.signature, received.body)
+    [entry] = (await back_office.ok("activity", "--action", "webhook.secret_rotated", "--json")).objects
+    assert (entry["by"], entry["summary"]) == ("alice", summary)
+    assert old_secret not in json.dumps(entry) and new_secret not in json.dumps(entry)
+
+
+async def test_rotate_secret_refuses_an_unknown_webhook(
+    back_office: BackOffice, api: httpx.AsyncClient
+) -> None:
+    assert await back_office.refused("webhooks", "rotate-secret", "7") == "marketplace: no webhook '7'"
+
+
 async def test_test_of_a_failing_receiver_exits_1_and_records_the_ping_failed_for_good(
     back_office: BackOffice, api: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:

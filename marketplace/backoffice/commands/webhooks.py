@@ -82,7 +82,11 @@ def add(
         )
         return done[0], secret, bool(settings.webhooks_secret_key)
 
-    logged, secret, sealed = run_command(run)
+    print_secret(*run_command(run), as_json=as_json)
+
+
+def print_secret(logged: Any, secret: str, sealed: bool, *, as_json: bool) -> None:
+    """The change, the subscription's id and its new secret, which is never shown again."""
     if as_json:
         click.echo(json.dumps({**logged.as_json(), "id": logged.change.subject["webhook"], "secret": secret}))
     else:
@@ -151,6 +155,33 @@ _switch(
     "Stop delivering to the subscription: events from now on are not sent to it; its pending "
     "deliveries wait for it to be enabled.",
 )
+
+
+@webhooks.command(
+    "rotate-secret",
+    help="Give the subscription a new signing secret, printed once; every delivery from now on, "
+    "retries included, is signed with it.",
+)
+@click.argument("webhook_id", metavar="ID")
+@operator_options
+def rotate_secret(webhook_id: str, by: str | None, as_json: bool) -> None:
+    operator = operator_name(by)
+
+    async def run(settings: Settings) -> tuple[Any, str, bool]:
+        from marketplace.backoffice.webhooks import rotate_secret as replace_secret
+        from marketplace.webhooks.sealing import new_secret, seal
+
+        secret = new_secret()
+        stored = seal(secret, settings.webhooks_secret_key)
+        done = await perform_in(
+            settings,
+            one_change(lambda session: replace_secret(session, webhook_id, stored)),
+            operator=operator,
+            via="marketplace webhooks rotate-secret",
+        )
+        return done[0], secret, bool(settings.webhooks_secret_key)
+
+    print_secret(*run_command(run), as_json=as_json)
 
 
 @webhooks.command("remove", help="Delete the subscription and its deliveries.")
