@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
+from pathlib import Path
 
 from bench.harness import PROFILE_TITLES, RouteResult, Run, SizeResult
 from bench.misses import MEASURED_ELSEWHERE, why_missed
@@ -24,6 +25,10 @@ WORKER_RSS_MIB = 100.0
 LARAVEL_FACTOR = 25
 # The catalogue size the targets are stated for.
 TARGET_RESOURCES = 200_000
+# The report of `bench/webhooks.py`, whose summary lines (under this heading) the section
+# "Webhook delivery" repeats.
+WEBHOOKS_REPORT = Path(__file__).resolve().parent / "WEBHOOKS.md"
+WEBHOOKS_SUMMARY = "## Summary"
 
 
 def _rate(value: float) -> str:
@@ -621,6 +626,33 @@ def _mix(run: Run) -> list[str]:
     ]
 
 
+def webhook_delivery(report: Path = WEBHOOKS_REPORT) -> list[str]:
+    """The headline figures of webhook delivery, from the summary of `bench/webhooks.py`'s report
+    (a run of its own, not this one's)."""
+    lines = ["", "## Webhook delivery", ""]
+    try:
+        text = report.read_text(encoding="utf-8")
+    except OSError:
+        return [*lines, f"No `bench/{report.name}` yet: `bench/webhooks.py` writes it."]
+    summary: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            inside = line.strip() == WEBHOOKS_SUMMARY
+        elif inside and line.startswith("- "):
+            summary.append(line)
+    if not summary:
+        return [*lines, f"`bench/{report.name}` has no summary lines: rerun `bench/webhooks.py`."]
+    return [
+        *lines,
+        f"Latency from a release to a local receiver, the drain of a burst of releases and the idle "
+        f"poll's cost, measured by `bench/webhooks.py` in a run of its own; details in "
+        f"[`bench/{report.name}`]({report.name}).",
+        "",
+        *summary,
+    ]
+
+
 def _external() -> list[str]:
     return [
         "",
@@ -661,6 +693,7 @@ def render(run: Run, plot: str | None = None) -> str:
         _capacity(run),
         _sizes(run),
         _mix(run),
+        webhook_delivery(),
         _external(),
     ]
     return "\n".join(line for section in sections for line in section) + "\n"

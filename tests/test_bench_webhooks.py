@@ -89,12 +89,16 @@ def test_the_smoke_run_delivers_every_event_once_and_reports_its_tables(tmp_path
     assert time.monotonic() - started < 60
     report = out.read_text(encoding="utf-8")
 
-    latency = dict(zip(_columns(report, "## Latency (ms)"), _row(report, "## Latency (ms)", "| SQLite"), strict=True))
+    latency = dict(
+        zip(_columns(report, "## Latency (ms)"), _row(report, "## Latency (ms)", "| SQLite"), strict=True)
+    )
     assert (latency["Workers"], latency["Poll"], latency["Samples"]) == ("1", "0.5 s", "5")
     assert (latency["Lost"], latency["Duplicates"]) == ("0", "0")
     assert 0 < float(latency["p50"].replace(",", "")) <= float(latency["max"].replace(",", "")) < 5000
 
-    drain = dict(zip(_columns(report, "## Throughput"), _row(report, "## Throughput", "| SQLite"), strict=True))
+    drain = dict(
+        zip(_columns(report, "## Throughput"), _row(report, "## Throughput", "| SQLite"), strict=True)
+    )
     assert drain["Events"] == "50"
     assert (drain["Lost"], drain["Duplicates"]) == ("0", "0")
     assert float(drain["Deliveries/s"].strip("*")) > 0
