@@ -6,7 +6,7 @@ the claims (`outbox.py`, `delivery.py`) keep them from taking the same work. An 
 every `MARKETPLACE_WEBHOOKS_POLL_SECONDS` with one read (no write transaction while there is
 nothing to do); a worker with work goes on at once. At most `MARKETPLACE_WEBHOOKS_CONCURRENCY`
 deliveries are sent at once by a worker, none holding a database connection while it waits for
-its receiver. The loop's transactions announce no change (`database/changes.py`): delivering
+its receiver; a worker with more due than that claims again as soon as half its sends have ended. The loop's transactions announce no change (`database/changes.py`): delivering
 webhooks drops no cached answer.
 
 Every `PRUNE_EVERY_SECONDS` a worker deletes what is done and old: deliveries delivered or given
@@ -20,6 +20,8 @@ send cut short leaves its claim to lapse, and the delivery goes again from anoth
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
 import logging
 import random
 from dataclasses import dataclass
@@ -144,6 +146,15 @@ async def prune(engine: AsyncEngine, history_seconds: float) -> int:
             return deleted
 
 
+class _Step(enum.Enum):
+    # More work is waiting and there is room for it: go on at once.
+    BUSY = "busy"
+    # More is due than this worker has room for: go on when sends have ended.
+    SATURATED = "saturated"
+    # Nothing more is due: look again after the poll interval.
+    IDLE = "idle"
+
+
 class WebhookDeliverer:
     """The loop of one serving worker."""
 
@@ -158,6 +169,9 @@ class WebhookDeliverer:
         self._next_prune: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
+        # Set when enough sends have ended for a claim worth its transaction.
+        self._slots_free = asyncio.Event()
+        self._refill_at = max(1, self.concurrency // 2)
         # Made by the first delivery: a worker that sends none never loads httpx.
         self._client: httpx.AsyncClient | None = None
 
@@ -169,7 +183,7 @@ class WebhookDeliverer:
         failures = 0
         while True:
             try:
-                busy = await self._step()
+                step = await self._step()
             except Exception as error:  # the database or a bug: the loop must outlive both
                 failures += 1
                 if failures == 1 or failures % 100 == 0:
@@ -181,11 +195,17 @@ class WebhookDeliverer:
             if failures:
                 logger.info("webhook delivery resumed")
                 failures = 0
-            if not busy:
+            if step is _Step.SATURATED:
+                # More is due than there were free slots: go on as soon as half the slots are free
+                # again, not a whole poll later (a burst would drain at concurrency per poll).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll_seconds):
+                        await self._slots_free.wait()
+            elif step is _Step.IDLE:
                 await asyncio.sleep(self.poll_seconds)
 
-    async def _step(self) -> bool:
-        """Dispatch and claim what there is; whether more is probably waiting."""
+    async def _step(self) -> _Step:
+        """Dispatch and claim what there is; what to do next."""
         loop_time = asyncio.get_running_loop().time()
         if self._next_prune is None:
             # Spread over the interval: workers started together do not prune together.
@@ -198,14 +218,28 @@ class WebhookDeliverer:
         dispatched = 0
         if events_waiting:
             dispatched = await dispatch_events(self.engine, self.context, batch=BATCH)
+        if dispatched == BATCH:
+            return _Step.BUSY
+        if not (deliveries_due or dispatched):
+            return _Step.IDLE
         claimed: list[Claimed] = []
-        if free > 0 and (deliveries_due or dispatched):
+        if free > 0:
             claimed = await claim_due(self.engine, self.policy, free)
             for delivery in claimed:
                 task = start_background(self._deliver(delivery))
                 self._in_flight.add(task)
-                task.add_done_callback(self._in_flight.discard)
-        return dispatched == BATCH or (free > 0 and len(claimed) == free)
+                task.add_done_callback(self._sent)
+        if free > 0 and len(claimed) < free:
+            return _Step.IDLE  # everything due is on its way
+        self._slots_free.clear()
+        if self.concurrency - len(self._in_flight) >= self._refill_at:
+            return _Step.BUSY  # sends ended while this step claimed
+        return _Step.SATURATED
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        if self.concurrency - len(self._in_flight) >= self._refill_at:
+            self._slots_free.set()
 
     async def _work_waiting(self) -> tuple[bool, bool]:
         now = precise_now()
