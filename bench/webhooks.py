@@ -22,9 +22,9 @@ write their events (migration 0009), the serving workers dispatch and send them.
    the published resources; the time from its commit to the last distinct event received, the CPU
    of the server's process tree (and of PostgreSQL's backends of the database) meanwhile, and
    whether every event came exactly once. The claims (deliveries claimed together share their
-   `first_attempt_at`) show how the workers took the work: a burst drains either paced by the poll
-   or topped up without waiting, and which one comes is a race between a worker's sends and its
-   next look, so one server run measures several.
+   `first_attempt_at`) show how the workers took the work: topped up without waiting (a worker
+   claims again when half its sends have ended) or, should that fail, paced by the poll (all its
+   slots once per poll interval); one server run measures several bursts.
 3. **Idle**: CPU of the server's process tree over `--idle-seconds` without events, at each poll
    interval and with delivery off (`MARKETPLACE_WEBHOOKS_DELIVER=false`): the poll's cost is the
    difference.
@@ -1111,9 +1111,9 @@ def _throughput_story(run: ServerRun) -> str:
         stories.append(
             f"{_count(len(topped), 'burst')} {TOPPED_UP} drained at {_rates(topped)} deliveries/s: claims "
             f"of a median {_median([burst.per_claim for burst in topped]):g} deliveries, one every "
-            f"{_median([burst.claim_every(run.workers) for burst in topped]):.3f} s per worker. When some "
-            "sends end while a worker is still claiming, it finds free slots when it looks again, fills "
-            "them all and looks again at once, without sleeping"
+            f"{_median([burst.claim_every(run.workers) for burst in topped]):.3f} s per worker. A worker "
+            "with more due than its free slots claims again as soon as half of its sends have ended "
+            "(hence claims of about half its concurrency), without waiting for a poll"
             + (
                 f", past workers × concurrency / poll ({bound:,.0f}/s)"
                 if min(b.rate for b in topped) > bound
@@ -1277,9 +1277,9 @@ def render(outcome: Outcome) -> str:
         "delivery claimed, claimed → received, received → the outcome recorded.",
         f"- **Throughput**: {_count(plan.bursts, 'burst')} in turn on the same server, each one "
         f"transaction of {plan.events:,} releases spread over the demo's published resources; from its "
-        "commit to the last distinct event received. A burst drains paced by the poll, without waiting "
-        "for it, or partly each way (see Where the time goes): which one comes is a race between a "
-        "worker's sends and its next look, so each burst has its row. CPU: user + system time of the "
+        "commit to the last distinct event received. A burst drains without waiting for the poll (a "
+        "worker claims again when half its sends have ended), paced by the poll, or partly each way "
+        "(see Where the time goes); each burst has its row. CPU: user + system time of the "
         "server's process tree (`/proc`) over the drain, per delivery; PostgreSQL: its backends of the "
         "database. Claims: deliveries claimed together (same `first_attempt_at`); full claims: the share "
         f"of the deliveries claimed once all events were dispatched that were claimed {CONCURRENCY} at a time "
