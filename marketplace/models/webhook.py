@@ -141,4 +141,10 @@ class WebhookDelivery(Base):
             sqlite_where=text("state = 'pending'"),
         ),
         Index("ix_webhook_deliveries_subscription_id_id", "subscription_id", "id"),
+        Index(
+            "ix_webhook_deliveries_redelivery_of",
+            "redelivery_of",
+            postgresql_where=text("redelivery_of IS NOT NULL"),
+            sqlite_where=text("redelivery_of IS NOT NULL"),
+        ),
     )

@@ -340,4 +340,6 @@ async def _note_failure(connection: Any, subscription_id: int, now: datetime, po
 def _cut(text: str | None, limit: int) -> str | None:
     if text is None:
         return None
+    # A text column: PostgreSQL refuses NUL in it, and a receiver's answer may hold any byte.
+    text = text.replace("\x00", "\ufffd")
     return text if len(text) <= limit else text[: limit - 1] + "…"

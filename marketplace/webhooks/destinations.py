@@ -27,6 +27,7 @@ import ipaddress
 import re
 import socket
 import unicodedata
+import weakref
 from dataclasses import dataclass
 
 import httpx
@@ -175,11 +176,27 @@ async def resolved_addresses(
     return addresses
 
 
+# Name lookups of webhooks in flight at once, per event loop. They run on the loop's default
+# thread pool, which the database drivers and the upstream calls share: a lookup that outlives its
+# timeout (a name server that never answers) keeps its thread, so a burst of deliveries to such a
+# name could otherwise take every thread. A slot is given back when the lookup itself ends.
+MAX_LOOKUPS_IN_FLIGHT = 4
+_lookup_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 async def _resolve(host: str, port: int, *, within_seconds: float) -> list[IPAddress]:
     loop = asyncio.get_running_loop()
+    slots = _lookup_slots.setdefault(loop, asyncio.Semaphore(MAX_LOOKUPS_IN_FLIGHT))
     try:
         async with asyncio.timeout(within_seconds):
-            answers = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+            await slots.acquire()
+            lookup = loop.create_task(
+                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+            )
+            lookup.add_done_callback(lambda _done: slots.release())
+            answers = await asyncio.shield(lookup)
     except TimeoutError:
         raise DestinationRefused(f"{host} did not resolve within {within_seconds:g} s") from None
     except OSError as error:

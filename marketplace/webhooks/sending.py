@@ -64,7 +64,8 @@ def sending_client() -> httpx.AsyncClient:
         timeout=httpx.Timeout(_TIMEOUT_SECONDS),
         # No idle connection is kept: connections are made to addresses, and one made for a host
         # (its certificate verified for that name) must not carry another host's delivery.
-        limits=httpx.Limits(max_connections=50, max_keepalive_connections=0),
+        # As many as a worker may send at once (MARKETPLACE_WEBHOOKS_CONCURRENCY is at most 256).
+        limits=httpx.Limits(max_connections=256, max_keepalive_connections=0),
         # Receivers share addresses (a hosting platform's front): a cookie one of them sets must
         # not reach another.
         cookies=http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
@@ -119,6 +120,8 @@ class _Exchange:
                 error = f"redirect (HTTP {self.status}) not followed"
         # Each character takes at least one byte, so this much holds the excerpt.
         excerpt = bytes(self.body[: 4 * EXCERPT_CHARACTERS]).decode("utf-8", errors="replace")
+        # Kept in a text column, which PostgreSQL refuses NUL in.
+        excerpt = excerpt.replace("\x00", "\ufffd")
         return Sent(self.status, error, excerpt[:EXCERPT_CHARACTERS], duration_seconds)
 
 

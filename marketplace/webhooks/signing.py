@@ -42,7 +42,7 @@ def verify(
     candidates: list[str] = []
     for part in header.split(","):
         key, _, value = part.strip().partition("=")
-        if key == "t" and value.isdigit():
+        if key == "t" and value.isascii() and value.isdigit():
             timestamp = int(value)
         elif key == "v1":
             candidates.append(value)

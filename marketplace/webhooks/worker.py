@@ -218,10 +218,9 @@ class WebhookDeliverer:
         dispatched = 0
         if events_waiting:
             dispatched = await dispatch_events(self.engine, self.context, batch=BATCH)
-        if dispatched == BATCH:
-            return _Step.BUSY
         if not (deliveries_due or dispatched):
             return _Step.IDLE
+        # Sending goes on while a backlog of events (an import) is dispatched, a batch a step.
         claimed: list[Claimed] = []
         if free > 0:
             claimed = await claim_due(self.engine, self.policy, free)
@@ -229,6 +228,8 @@ class WebhookDeliverer:
                 task = start_background(self._deliver(delivery))
                 self._in_flight.add(task)
                 task.add_done_callback(self._sent)
+        if dispatched == BATCH:
+            return _Step.BUSY
         if free > 0 and len(claimed) < free:
             return _Step.IDLE  # everything due is on its way
         self._slots_free.clear()
@@ -270,14 +271,28 @@ class WebhookDeliverer:
                 body=delivery.body,
                 policy=self.policy,
             )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a bug: the claim lapses and the delivery goes again
+            logger.warning("webhook delivery %s: not sent: %s", delivery.uid, _line(error))
+            return
+        try:
             await record(self.engine, delivery, sent, self.policy)
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            # Its claim lapses and the delivery goes again.
             logger.warning(
                 "webhook delivery %s: its outcome was not recorded: %s", delivery.uid, _line(error)
             )
+            # Once more without the receiver's words, whatever in them the database refused: a
+            # delivery whose outcome can never be stored would otherwise go again for ever.
+            from marketplace.webhooks.sending import Sent
+
+            bare = Sent(
+                sent.status, None if sent.ok else "the answer could not be stored", "", sent.duration_seconds
+            )
+            with contextlib.suppress(Exception):
+                await record(self.engine, delivery, bare, self.policy)
 
     def _sending_client(self) -> httpx.AsyncClient:
         if self._client is None:

@@ -60,8 +60,9 @@ def hanging_first() -> Behaviour:
 class Receiver:
     port: int
     behaviour: Behaviour
-    # How long each answer takes.
+    # How long each answer takes, and what its body is.
     delay_seconds: float = 0.0
+    answer_body: bytes = b"ok"
     received: list[Received] = field(default_factory=list)
     # Set when a request arrives whose answer is withheld.
     hanging: threading.Event = field(default_factory=threading.Event)
@@ -122,9 +123,9 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                 return
             time.sleep(receiver.delay_seconds)
             self.send_response(status)
-            self.send_header("Content-Length", "2")
+            self.send_header("Content-Length", str(len(receiver.answer_body)))
             self.end_headers()
-            self.wfile.write(b"ok")
+            self.wfile.write(receiver.answer_body)
             receiver.keep(Received(arrived, self.path, headers, body, status))
 
         def log_message(self, *_args: Any) -> None:

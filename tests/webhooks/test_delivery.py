@@ -404,3 +404,17 @@ async def test_finished_deliveries_and_their_events_are_deleted_after_the_histor
         ("release.published", 101),
         ("release.published", 102),
     ]
+
+
+async def test_an_answer_holding_any_byte_is_recorded_and_the_delivery_not_sent_again(
+    stocked: AsyncEngine, settings: Settings
+) -> None:
+    with running_receiver() as receiver:
+        receiver.answer_body = b"ok\x00\xff\xfe binary"
+        await subscribe(stocked, receiver.url, events="release.published")
+        await release(stocked, 7, 100, "2.0")
+        await dispatch(stocked, settings)
+        assert await deliver_due(stocked, policy()) == ["delivered"]
+        assert await deliver_due(stocked, policy()) == []
+    (delivery,) = await deliveries(stocked)
+    assert (delivery.state, delivery.last_response) == ("delivered", "ok\ufffd\ufffd\ufffd binary")
