@@ -243,5 +243,5 @@ async def test_reads_are_answered_by_the_standby_while_the_primary_is_down_and_e
             if checks.get("changes") == "ok":
                 break
             await asyncio.sleep(0.2)
-        assert checks == {"database": "ok", "changes": "ok", "replicas": "ok"}
+        assert checks == {"database": "ok", "changes": "ok", "replicas": "ok", "webhooks": "ok"}
     assert "Can't reconnect until invalid transaction is rolled back" not in caplog.text
