@@ -459,6 +459,7 @@ def test_a_fresh_server_has_every_limiter_series_at_zero_and_its_build_info(
         "search": 0,
         "licence_key": 0,
         "licence_ip": 0,
+        "feeds": 0,
     }
     assert sample(text, "marketplace_db_write_conflicts_total", outcome="gave_up") == 0
     assert 'marketplace_db_write_conflicts_total{outcome="gave_up"}' in text
